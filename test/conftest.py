@@ -1,0 +1,41 @@
+"""Test session set-up: DDS stays on this machine, on a random domain of its own."""
+
+from __future__ import annotations
+
+import os
+import random
+
+# Before anything imports rclpy: discovery limited to localhost, one random domain per session.
+os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+os.environ["ROS_DOMAIN_ID"] = str(random.SystemRandom().randint(1, 101))
+os.environ.setdefault(
+    "FASTDDS_DEFAULT_PROFILES_FILE",
+    os.path.join(os.path.dirname(__file__), "..", "config", "dds", "fastdds_localhost.xml"),
+)
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from ros_helpers import NodeProcess  # noqa: E402
+
+
+@pytest.fixture
+def node_process(tmp_path: Path):
+    """Factory: start `python <args>` as a separate process; all are stopped at teardown."""
+    started: list[NodeProcess] = []
+
+    def start(*args: str, env: dict[str, str] | None = None, name: str = "node") -> NodeProcess:
+        proc = NodeProcess(list(args), tmp_path / f"{name}-{len(started)}.log", env)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in reversed(started):
+        proc.stop()
+
+
+@pytest.fixture
+def unique_ns(request) -> str:
+    """A topic namespace unique to this test, so tests never see each other's traffic."""
+    return "/t_" + "".join(c if c.isalnum() else "_" for c in request.node.name)[:60]
