@@ -18,6 +18,7 @@ setup(
         (f"share/{PACKAGE}/launch", glob("launch/*.py")),
         (f"share/{PACKAGE}/config", glob("config/*.yaml")),
         (f"share/{PACKAGE}/config/profiles", glob("config/profiles/*.yaml")),
+        (f"share/{PACKAGE}/config/params", glob("config/params/*.yaml")),
         (f"share/{PACKAGE}/config/dds", glob("config/dds/*.xml")),
     ],
     install_requires=["setuptools"],

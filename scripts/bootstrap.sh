@@ -70,7 +70,9 @@ fi
 pkg_hash="$(hash_of setup.py setup.cfg package.xml)"
 if ! stamp_ok package "$pkg_hash"; then
   log "installing bolt_agent (editable)"
-  "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e .
+  mkdir -p "$ROOT/build"
+  "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e . >"$ROOT/build/pip-editable.log" 2>&1 \
+    || { cat "$ROOT/build/pip-editable.log"; exit 1; }
   mkdir -p "$VENV/share/ament_index/resource_index/packages" "$VENV/share/bolt_agent"
   cp resource/bolt_agent "$VENV/share/ament_index/resource_index/packages/bolt_agent"
   ln -sfn "$ROOT/package.xml" "$VENV/share/bolt_agent/package.xml"

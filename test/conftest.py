@@ -13,11 +13,10 @@ os.environ.setdefault(
     os.path.join(os.path.dirname(__file__), "..", "config", "dds", "fastdds_localhost.xml"),
 )
 
-from pathlib import Path  # noqa: E402
+from pathlib import Path
 
-import pytest  # noqa: E402
-
-from ros_helpers import NodeProcess  # noqa: E402
+import pytest
+from ros_helpers import NodeProcess
 
 
 @pytest.fixture

@@ -37,7 +37,11 @@ def format_value(value: Any, quote_keys: bool = False) -> str:
     if isinstance(value, dict):
         items = sorted(value.items())
         keys = [QUOTE + k + QUOTE if quote_keys else k for k, _ in items]
-        return "{" + ",".join(f"{k}:{format_value(v, quote_keys)}" for k, (_, v) in zip(keys, items)) + "}"
+        return (
+            "{"
+            + ",".join(f"{k}:{format_value(v, quote_keys)}" for k, (_, v) in zip(keys, items))
+            + "}"
+        )
     if isinstance(value, list | tuple):
         return "[" + ",".join(format_value(v, quote_keys) for v in value) + "]"
     raise Gemma4SyntaxError(f"cannot format {type(value).__name__}")
@@ -135,7 +139,7 @@ class _Reader:
         if m:
             num = float(m.group()) if any(ch in m.group() for ch in ".eE") else int(m.group())
             return num, m.end()
-        raise Gemma4SyntaxError(f"unexpected {t[i:i + 10]!r}")
+        raise Gemma4SyntaxError(f"unexpected {t[i : i + 10]!r}")
 
     def _object(self, i: int, depth: int) -> tuple[dict[str, Any], int]:
         t, out = self.text, {}
@@ -149,7 +153,7 @@ class _Reader:
             else:
                 m = _KEY.match(t, i)
                 if not m:
-                    raise Gemma4SyntaxError(f"expected a key at {t[i:i + 10]!r}")
+                    raise Gemma4SyntaxError(f"expected a key at {t[i : i + 10]!r}")
                 key, i = m.group(), m.end()
             i = self._skip(i)
             if i >= len(t) or t[i] != ":":

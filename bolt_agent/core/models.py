@@ -70,7 +70,9 @@ def resolve_model(name_or_path: str, kind: str | None = None) -> Path:
             hint = "run the set-up (make setup), which assembles the bundled models"
         else:
             hint = spec.how_to_get or "put the file there"
-        raise ModelNotFoundError(f"model {spec.name!r}: expected {target}, which is missing; {hint}")
+        raise ModelNotFoundError(
+            f"model {spec.name!r}: expected {target}, which is missing; {hint}"
+        )
     literal = Path(os.path.expanduser(_expand_vars(name_or_path)))
     if name_or_path and literal.exists():
         return literal

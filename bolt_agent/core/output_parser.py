@@ -22,9 +22,9 @@ from bolt_agent.core.sentences import SentenceSplitter
 _THINK = (("<|channel>thought", "<channel|>"), ("<think>", "</think>"))
 _CALLS = (("<|tool_call>", "<tool_call|>", "gemma4"), ("<tool_call>", "</tool_call>", "json"))
 _END = ("<turn|>", "<end_of_turn>", "<|tool_response>", "<|im_end|>", "<eos>")
-_ALL_MARKERS = tuple(m for pair in _THINK for m in pair) + tuple(
-    m for c in _CALLS for m in c[:2]
-) + _END
+_ALL_MARKERS = (
+    tuple(m for pair in _THINK for m in pair) + tuple(m for c in _CALLS for m in c[:2]) + _END
+)
 _SPECIAL = re.compile(r"<\|[A-Za-z_\"]{1,24}\|?>|<[A-Za-z_\"]{1,24}\|>")
 _MAYBE_SPECIAL = re.compile(r"<\|?[A-Za-z_\"]{0,24}\|?")
 MAX_CALL_CHARS = 8192
@@ -51,7 +51,7 @@ class Sentence:
 class ToolCall:
     name: str
     arguments: dict[str, Any] = field(hash=False)
-    raw: str = ""
+    raw: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)

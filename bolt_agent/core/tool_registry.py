@@ -92,7 +92,9 @@ class ToolRegistry:
         try:
             validator_cls.check_schema(tool.parameters)
         except jsonschema.SchemaError as exc:
-            raise ToolConfigError(f"tool {tool.name!r}: invalid parameters schema: {exc.message}")
+            raise ToolConfigError(
+                f"tool {tool.name!r}: invalid parameters schema: {exc.message}"
+            ) from exc
         self._tools[tool.name] = tool
         self._validators[tool.name] = validator_cls(tool.parameters)
         self._calls[tool.name] = deque()

@@ -1,0 +1,143 @@
+"""Speech recognition behind a small interface: 16 kHz float32 audio → text with confidence.
+
+``FasterWhisperEngine`` runs faster-whisper (CTranslate2): int8 on CPU, float16 on CUDA unless a
+compute type is given. Segments that whisper itself marks as no speech, or that are empty, are
+dropped, so silence and noise give ``None`` instead of a hallucinated sentence.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+_WORDLESS = re.compile(r"^[\W_]*$")
+
+
+@dataclass(frozen=True)
+class AsrResult:
+    text: str
+    confidence: float  # 0..1, exp(mean token log-probability)
+    language: str
+    no_speech_prob: float
+
+
+class AsrEngine(ABC):
+    @abstractmethod
+    def load(self) -> None: ...
+
+    @abstractmethod
+    def transcribe(self, audio: np.ndarray, final: bool = True) -> AsrResult | None:
+        """Text of ``audio`` (16 kHz mono float32), or None when it holds no speech.
+        ``final=False`` asks for a cheap partial (greedy, no temperature fallback)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Free the model."""
+
+
+def combine_segments(
+    segments: list[Any], no_speech_threshold: float, log_prob_threshold: float
+) -> tuple[str, float, float] | None:
+    """(text, confidence, max no_speech_prob) of the kept segments, or None if none is kept.
+
+    A segment is dropped when its text is empty/wordless, or when whisper judges it silence:
+    ``no_speech_prob`` above the threshold while its mean log-probability is low (whisper's rule),
+    or ``no_speech_prob`` above (1 + threshold) / 2 whatever the log-probability.
+    """
+    kept, logprob_sum, tokens, no_speech = [], 0.0, 0, 0.0
+    for seg in segments:
+        text = seg.text.strip()
+        if not text or _WORDLESS.match(text):
+            continue
+        silent = seg.no_speech_prob > no_speech_threshold and seg.avg_logprob < log_prob_threshold
+        if silent or seg.no_speech_prob > (1.0 + no_speech_threshold) / 2:
+            continue
+        n = max(1, len(seg.tokens))
+        kept.append(text)
+        logprob_sum += seg.avg_logprob * n
+        tokens += n
+        no_speech = max(no_speech, seg.no_speech_prob)
+    if not kept:
+        return None
+    confidence = math.exp(logprob_sum / tokens) if tokens else 0.0
+    return " ".join(kept), min(1.0, max(0.0, confidence)), no_speech
+
+
+class FasterWhisperEngine(AsrEngine):
+    def __init__(
+        self,
+        model_dir: str | Path,
+        device: str = "auto",
+        compute_type: str = "",
+        cpu_threads: int = 1,
+        language: str = "en",
+        beam_size: int = 1,
+        no_speech_threshold: float = 0.6,
+        log_prob_threshold: float = -1.0,
+    ) -> None:
+        self.model_dir = Path(model_dir)
+        self.device, self.compute_type, self.cpu_threads = device, compute_type, cpu_threads
+        self.language = language or None
+        self.beam_size = beam_size
+        self.no_speech_threshold, self.log_prob_threshold = no_speech_threshold, log_prob_threshold
+        self._model: Any = None
+
+    @staticmethod
+    def pick_device(device: str) -> str:
+        if device != "auto":
+            return device
+        try:
+            import ctranslate2
+
+            return "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
+        except Exception:  # noqa: BLE001 - no CUDA runtime means CPU
+            return "cpu"
+
+    def load(self) -> None:
+        from faster_whisper import WhisperModel
+
+        if not (self.model_dir / "model.bin").exists():
+            raise FileNotFoundError(f"whisper model file missing: {self.model_dir / 'model.bin'}")
+        device = self.pick_device(self.device)
+        compute_type = self.compute_type or ("float16" if device == "cuda" else "int8")
+        self._model = WhisperModel(
+            str(self.model_dir),
+            device=device,
+            compute_type=compute_type,
+            cpu_threads=max(1, self.cpu_threads),
+            local_files_only=True,
+        )
+        self.device, self.compute_type = device, compute_type
+
+    def transcribe(self, audio: np.ndarray, final: bool = True) -> AsrResult | None:
+        if self._model is None:
+            raise RuntimeError("FasterWhisperEngine.load() was not called")
+        audio = np.asarray(audio, dtype=np.float32).reshape(-1)
+        if audio.size < 1600:  # under 0.1 s: nothing whisper can read
+            return None
+        segments, info = self._model.transcribe(
+            audio,
+            language=self.language,
+            beam_size=self.beam_size if final else 1,
+            temperature=[0.0, 0.2, 0.4] if final else 0.0,
+            condition_on_previous_text=False,
+            without_timestamps=True,
+            vad_filter=False,
+            no_speech_threshold=self.no_speech_threshold,
+            log_prob_threshold=self.log_prob_threshold,
+        )
+        combined = combine_segments(
+            list(segments), self.no_speech_threshold, self.log_prob_threshold
+        )
+        if combined is None:
+            return None
+        text, confidence, no_speech = combined
+        return AsrResult(text, confidence, info.language or (self.language or ""), no_speech)
+
+    def close(self) -> None:
+        self._model = None

@@ -1,0 +1,248 @@
+"""Audio devices (PortAudio via sounddevice), sample conversion and resampling.
+
+Devices are chosen by index or by name (exact, then case-insensitive substring); a missing one
+raises ``DeviceNotFoundError`` whose message lists what is available. ``MicCapture`` delivers
+16 kHz mono float32 blocks whatever rate the device runs at (resampled with soxr).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import soxr
+
+Kind = Literal["input", "output"]
+
+
+class _StreamCount:
+    """Streams this process holds open; PortAudio is only re-initialised when there are none."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self.count += n
+
+
+OPEN_STREAMS = _StreamCount()
+
+
+class DeviceNotFoundError(RuntimeError):
+    """No device matches the request; the message lists the available devices."""
+
+
+class DeviceError(RuntimeError):
+    """A device exists but cannot be opened (busy, unsupported settings)."""
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    index: int
+    name: str
+    max_input_channels: int
+    max_output_channels: int
+    default_samplerate: float
+
+    def channels(self, kind: Kind) -> int:
+        return self.max_input_channels if kind == "input" else self.max_output_channels
+
+
+def _sd() -> Any:
+    import sounddevice as sd  # imported lazily: it loads the PortAudio library
+
+    return sd
+
+
+def list_devices(kind: Kind | None = None, rescan: bool = False) -> list[DeviceInfo]:
+    """Devices PortAudio sees. ``rescan`` re-initialises PortAudio (its list is cached at start-up)
+    so a device plugged in later shows up; only do that while this process has no open stream."""
+    sd = _sd()
+    if rescan and OPEN_STREAMS.count == 0:
+        sd._terminate()
+        sd._initialize()
+    devices = [
+        DeviceInfo(
+            index=int(d["index"]),
+            name=str(d["name"]),
+            max_input_channels=int(d["max_input_channels"]),
+            max_output_channels=int(d["max_output_channels"]),
+            default_samplerate=float(d["default_samplerate"]),
+        )
+        for d in sd.query_devices()
+    ]
+    return [d for d in devices if kind is None or d.channels(kind) > 0]
+
+
+def describe_devices(devices: Sequence[DeviceInfo], kind: Kind) -> str:
+    if not devices:
+        return f"no {kind} devices"
+    return "; ".join(f"[{d.index}] {d.name} ({d.default_samplerate:.0f} Hz)" for d in devices)
+
+
+def select_device(spec: str | int | None, devices: Sequence[DeviceInfo], kind: Kind) -> DeviceInfo:
+    """Pick by index (int or digits) or name: exact match first, then a substring (any case).
+
+    ``None``/'' selects 'default' when present, else the first device of the kind.
+    """
+    candidates = [d for d in devices if d.channels(kind) > 0]
+    spec = spec.strip() if isinstance(spec, str) else spec
+    found: DeviceInfo | None = None
+    if spec is None or spec == "":
+        found = next((d for d in candidates if d.name == "default"), None) or (
+            candidates[0] if candidates else None
+        )
+    elif isinstance(spec, int) or spec.isdigit():
+        found = next((d for d in candidates if d.index == int(spec)), None)
+    else:
+        found = next((d for d in candidates if d.name == spec), None) or next(
+            (d for d in candidates if spec.lower() in d.name.lower()), None
+        )
+    if found is None:
+        raise DeviceNotFoundError(
+            f"{kind} device {spec!r} not found; available {kind} devices: "
+            + describe_devices(candidates, kind)
+        )
+    return found
+
+
+def find_device(spec: str | int | None, kind: Kind, rescan: bool = False) -> DeviceInfo:
+    return select_device(spec, list_devices(kind, rescan), kind)
+
+
+def supported_rate(device: DeviceInfo, wanted: int, kind: Kind, channels: int = 1) -> int:
+    """``wanted`` if the device accepts it, else the device's default rate (we resample)."""
+    sd = _sd()
+    check = sd.check_input_settings if kind == "input" else sd.check_output_settings
+    try:
+        check(device=device.index, samplerate=wanted, channels=channels, dtype="float32")
+        return wanted
+    except Exception:  # noqa: BLE001 - PortAudio reports an unsupported rate as a generic error
+        return int(device.default_samplerate)
+
+
+# --- samples ---------------------------------------------------------------------------------
+
+
+def int16_to_float(samples: np.ndarray | Sequence[int]) -> np.ndarray:
+    return np.asarray(samples, dtype=np.int16).astype(np.float32) / 32768.0
+
+
+def float_to_int16(samples: np.ndarray) -> np.ndarray:
+    scaled = np.round(np.asarray(samples, dtype=np.float32) * 32768.0)
+    return np.clip(scaled, -32768, 32767).astype(np.int16)
+
+
+def to_mono(samples: np.ndarray, channels: int) -> np.ndarray:
+    """Interleaved (or (n, ch)) samples → mono by averaging channels."""
+    if channels <= 1:
+        return samples.reshape(-1)
+    return samples.reshape(-1, channels).mean(axis=1).astype(samples.dtype)
+
+
+def resample(samples: np.ndarray, in_rate: int, out_rate: int) -> np.ndarray:
+    """One-shot resampling (soxr HQ); float32 in, float32 out."""
+    x = np.asarray(samples, dtype=np.float32)
+    if in_rate == out_rate or x.size == 0:
+        return x
+    return soxr.resample(x, in_rate, out_rate, quality="HQ").astype(np.float32)
+
+
+class StreamResampler:
+    """Chunk-wise resampling with state kept between chunks (no clicks at chunk borders)."""
+
+    def __init__(self, in_rate: int, out_rate: int) -> None:
+        self.in_rate, self.out_rate = in_rate, out_rate
+        self._stream = (
+            None if in_rate == out_rate else soxr.ResampleStream(in_rate, out_rate, 1, "float32")
+        )
+
+    def process(self, chunk: np.ndarray, last: bool = False) -> np.ndarray:
+        x = np.asarray(chunk, dtype=np.float32).reshape(-1)
+        if self._stream is None:
+            return x
+        return self._stream.resample_chunk(x, last=last)
+
+
+# --- capture ---------------------------------------------------------------------------------
+
+
+class MicCapture:
+    """An input stream delivering ``on_audio(float32 mono at rate, monotonic time)`` blocks.
+
+    Opens at ``rate`` when the device supports it, else at its default rate with resampling.
+    ``open()`` raises DeviceNotFoundError / DeviceError; the callback runs in PortAudio's thread.
+    """
+
+    def __init__(
+        self,
+        device: str | int | None,
+        on_audio: Callable[[np.ndarray, float], None],
+        rate: int = 16000,
+        block_ms: int = 32,
+    ) -> None:
+        self.device_spec, self.rate, self.block_ms = device, rate, block_ms
+        self._on_audio = on_audio
+        self._stream: Any = None
+        self._resampler: StreamResampler | None = None
+        self.device: DeviceInfo | None = None
+        self.device_rate = rate
+        self.errors = 0
+        self.warm = False
+        self.warmup_timeout_s = 3.0
+        self._running = threading.Event()
+        self._lock = threading.Lock()
+
+    def open(self, rescan: bool = False) -> None:
+        sd = _sd()
+        device = find_device(self.device_spec, "input", rescan)
+        rate = supported_rate(device, self.rate, "input")
+        self._resampler = StreamResampler(rate, self.rate)
+        try:
+            stream = sd.InputStream(
+                device=device.index,
+                samplerate=rate,
+                channels=1,
+                dtype="float32",
+                blocksize=max(1, rate * self.block_ms // 1000),
+                callback=self._callback,
+            )
+            self._running.clear()
+            stream.start()
+        except Exception as exc:
+            raise DeviceError(
+                f"cannot open input device {device.name!r} at {rate} Hz: {exc}"
+            ) from exc
+        with self._lock:
+            self._stream, self.device, self.device_rate = stream, device, rate
+        OPEN_STREAMS.add(1)
+        # PulseAudio through ALSA delivers nothing for ~1.5 s after a stream opens (and drops
+        # that audio): wait until blocks flow so "open" means "listening".
+        self.warm = self._running.wait(self.warmup_timeout_s)
+
+    @property
+    def is_open(self) -> bool:
+        return self._stream is not None
+
+    def _callback(self, indata: np.ndarray, frames: int, time_info: Any, status: Any) -> None:
+        if status:
+            self.errors += 1
+        self._running.set()
+        assert self._resampler is not None
+        self._on_audio(self._resampler.process(indata[:, 0].copy()), time.monotonic())
+
+    def close(self) -> None:
+        with self._lock:
+            stream, self._stream = self._stream, None
+        if stream is not None:
+            OPEN_STREAMS.add(-1)
+            try:
+                stream.abort()
+            finally:
+                stream.close()

@@ -1,0 +1,123 @@
+"""Dialogue state: persona, multi-turn history, scene context, token budgeting, interruptions.
+
+History is a list of turns; a turn is the user's message plus one assistant message per step
+(spoken text, the step's tool calls and their results). Messages use the OpenAI/Gemma-native
+shape templates expect: ``{"role": "assistant", "content": ..., "tool_calls": [...],
+"tool_responses": [...]}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+INTERRUPTED_MARKER = "[interrupted by the user]"
+
+
+@dataclass
+class Step:
+    content: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    tool_responses: list[dict[str, Any]] = field(default_factory=list)
+
+    def message(self) -> dict[str, Any]:
+        msg: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            msg["tool_calls"] = [
+                {"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                for c in self.tool_calls
+            ]
+        if self.tool_responses:
+            msg["tool_responses"] = self.tool_responses
+        return msg
+
+
+@dataclass
+class Turn:
+    turn_id: str
+    user_text: str
+    steps: list[Step] = field(default_factory=list)
+    interrupted: bool = False
+
+    def messages(self) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": self.user_text}] + [s.message() for s in self.steps]
+
+
+class Dialogue:
+    """History that always fits the context window and never loses the system prompt."""
+
+    def __init__(self, system_prompt: str):
+        self.system_prompt = system_prompt
+        self.turns: list[Turn] = []
+        self.dropped_turns = 0
+
+    # --- building ------------------------------------------------------------------------------
+    def begin_turn(self, turn_id: str, user_text: str, scene: str | None = None) -> Turn:
+        text = user_text.strip()
+        if scene:
+            text = f"(What you see: {scene.strip()})\n{text}"
+        turn = Turn(turn_id=turn_id, user_text=text)
+        self.turns.append(turn)
+        return turn
+
+    @property
+    def current(self) -> Turn | None:
+        return self.turns[-1] if self.turns else None
+
+    def messages(self) -> list[dict[str, Any]]:
+        out = [{"role": "system", "content": self.system_prompt}]
+        for turn in self.turns:
+            out.extend(turn.messages())
+        return out
+
+    # --- interruptions -------------------------------------------------------------------------
+    def mark_interrupted(self, turn_id: str, spoken_text: str) -> bool:
+        """Keep only what was actually said in that turn, followed by an interruption marker."""
+        turn = next((t for t in reversed(self.turns) if t.turn_id == turn_id), None)
+        if turn is None:
+            return False
+        remaining = spoken_text.strip()
+        for step in turn.steps:
+            said = _take_prefix(step.content, remaining)
+            remaining = remaining[len(said) :].strip()
+            step.content = said
+        kept = [s for s in turn.steps if s.content or s.tool_responses]
+        if not kept:
+            kept = [Step()]
+        last = kept[-1]
+        last.content = (last.content + " " + INTERRUPTED_MARKER).strip()
+        last.tool_responses = last.tool_responses if last.tool_calls else []
+        turn.steps = kept
+        turn.interrupted = True
+        return True
+
+    # --- budgeting -----------------------------------------------------------------------------
+    def fit(self, prompt_tokens: Callable[[list[dict[str, Any]]], int], limit: int) -> int:
+        """Drop the oldest turns (never the system prompt or the current turn) until the rendered
+        prompt takes at most `limit` tokens. When dropping, go down to 3/4 of the limit so the
+        cached prefix stays valid for several turns. Returns the prompt's token count."""
+        count = prompt_tokens(self.messages())
+        if count <= limit:
+            return count
+        target = limit * 3 // 4
+        while count > target and len(self.turns) > 1:
+            self.turns.pop(0)
+            self.dropped_turns += 1
+            count = prompt_tokens(self.messages())
+        return count
+
+
+def _take_prefix(text: str, spoken: str) -> str:
+    """The part of `text` that `spoken` covers (whitespace-insensitive prefix match)."""
+    if not spoken:
+        return ""
+    if spoken.startswith(text.strip()):
+        return text.strip()
+    words, said = text.split(), []
+    spoken_words = spoken.split()
+    for w, s in zip(words, spoken_words):
+        if w != s:
+            break
+        said.append(w)
+    return " ".join(said)

@@ -1,0 +1,291 @@
+"""LLM engines: a small ABC for the dialogue layer and its llama-cpp-python implementation.
+
+The engine does prefill with KV-cache prefix reuse and token-by-token decoding; everything about
+turns, knobs and tools lives above it (``turn_runner``). A session samples one token at a time
+(optionally under a GBNF grammar), and can be forced to take given text (budget forcing).
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import threading
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bolt_agent.core.chat_template import ChatTemplate
+
+
+class EngineError(RuntimeError):
+    """The model could not be loaded or decoding failed."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Seed defaults for Bolt E4B: temperature 1.0, top_p 0.95, top_k 64."""
+
+    temperature: float = 1.0
+    top_p: float = 0.95
+    top_k: int = 64
+    min_p: float = 0.0
+    repeat_penalty: float = 1.0
+    seed: int = -1  # -1: random
+
+
+@dataclass(frozen=True)
+class Token:
+    id: int
+    text: str  # decoded text this token completes (may be '' inside a UTF-8 sequence)
+    is_eog: bool = False
+
+
+@dataclass
+class SessionStats:
+    prompt_tokens: int = 0
+    reused_tokens: int = 0  # prompt tokens served from the KV cache
+    prefill_s: float = 0.0
+    generated: int = 0
+    forced: int = 0
+    decode_s: float = 0.0
+    first_token_at: float | None = None  # time.monotonic() of the first sampled token
+    drafted: int = 0
+    accepted: int = 0
+
+    @property
+    def decode_tok_s(self) -> float:
+        return self.generated / self.decode_s if self.decode_s > 0 else 0.0
+
+
+class DecodeSession(ABC):
+    """One generation from one prompt. Not thread-safe; the engine serialises sessions."""
+
+    stats: SessionStats
+
+    @abstractmethod
+    def sample(self, sampling: SamplingParams, grammar: str | None = None) -> Token:
+        """Sample the next token (under `grammar`, if given) and feed it to the model."""
+
+    @abstractmethod
+    def force(self, text: str) -> list[Token]:
+        """Feed `text` as if the model had generated it (e.g. an end-of-thinking marker)."""
+
+    @property
+    @abstractmethod
+    def n_past(self) -> int:
+        """Tokens in context (prompt + generated)."""
+
+
+class TextEngine(ABC):
+    """What the dialogue layer needs from a language model."""
+
+    chat_template: ChatTemplate
+
+    @property
+    @abstractmethod
+    def n_ctx(self) -> int: ...
+
+    @abstractmethod
+    def count_tokens(self, text: str) -> int: ...
+
+    @abstractmethod
+    def start(self, prompt: str) -> DecodeSession:
+        """Prefill `prompt` (reusing the cached prefix) and return a session positioned after it."""
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    model_path: str
+    n_ctx: int = 4096
+    n_gpu_layers: int = 0
+    n_threads: int = 2
+    n_batch: int = 256
+    chat_template: str = ""  # '' = the GGUF's own, else the bundled Bolt template
+    extra: dict = field(default_factory=dict)  # passed to llama_cpp.Llama
+
+
+class LlamaEngine(TextEngine):
+    """llama-cpp-python backend (CPU here; CUDA on the Jetson with n_gpu_layers=-1)."""
+
+    def __init__(self, config: LlamaConfig):
+        self.config = config
+        self._llm = None
+        self.lock = threading.Lock()
+        self.chat_template = ChatTemplate.bundled()
+        self.load_s = 0.0
+
+    def load(self) -> LlamaEngine:
+        path = Path(self.config.model_path)
+        if not path.is_file():
+            raise EngineError(f"LLM model file not found: {path}")
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # no spinning threads on 2 cores
+        from llama_cpp import Llama
+
+        t0 = time.monotonic()
+        try:
+            self._llm = Llama(
+                model_path=str(path),
+                n_ctx=self.config.n_ctx,
+                n_gpu_layers=self.config.n_gpu_layers,
+                n_threads=self.config.n_threads,
+                n_threads_batch=self.config.n_threads,
+                n_batch=self.config.n_batch,
+                verbose=False,
+                **self.config.extra,
+            )
+        except (ValueError, RuntimeError) as exc:
+            raise EngineError(f"cannot load {path}: {exc}") from exc
+        self.load_s = time.monotonic() - t0
+        self.chat_template = self._pick_template()
+        return self
+
+    def _pick_template(self) -> ChatTemplate:
+        meta = self.llm.metadata
+        bos = self._token_text(self.llm.token_bos())
+        eos = self._token_text(self.llm.token_eos())
+        source = self.config.chat_template or meta.get("tokenizer.chat_template", "")
+        if source:
+            return ChatTemplate(source, bos_token=bos, eos_token=eos, name="gguf")
+        return ChatTemplate.bundled(bos_token=bos)
+
+    def _token_text(self, token: int) -> str:
+        if token < 0:
+            return ""
+        return self.llm.detokenize([token], special=True).decode("utf-8", errors="replace")
+
+    @property
+    def llm(self):
+        if self._llm is None:
+            raise EngineError("engine not loaded: call load() first")
+        return self._llm
+
+    @property
+    def n_ctx(self) -> int:
+        return self.llm.n_ctx()
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return dict(self.llm.metadata)
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenize(text))
+
+    def start(self, prompt: str) -> LlamaSession:
+        tokens = self.tokenize(prompt)
+        if len(tokens) >= self.n_ctx:
+            raise EngineError(f"prompt of {len(tokens)} tokens does not fit n_ctx={self.n_ctx}")
+        return LlamaSession(self, tokens)
+
+    def close(self) -> None:
+        if self._llm is not None:
+            self._llm.close()
+            self._llm = None
+
+
+class LlamaSession(DecodeSession):
+    def __init__(self, engine: LlamaEngine, prompt: list[int]):
+        self._engine = engine
+        self._llm = engine.llm
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._samplers: dict[tuple, object] = {}
+        from llama_cpp import llama_cpp as capi
+
+        self._is_eog = capi.llama_vocab_is_eog
+        self.stats = SessionStats(prompt_tokens=len(prompt))
+        t0 = time.monotonic()
+        self._prefill(prompt)
+        self.stats.prefill_s = time.monotonic() - t0
+
+    def _prefill(self, prompt: list[int]) -> None:
+        llm = self._llm
+        cached = llm._input_ids.tolist()  # tokens whose K/V are in the cache
+        keep = 0
+        for a, b in zip(cached, prompt):
+            if a != b:
+                break
+            keep += 1
+        keep = min(keep, len(prompt) - 1)  # at least one token to decode for fresh logits
+        llm.n_tokens = keep  # Llama.eval drops cache entries from n_tokens on
+        self.stats.reused_tokens = keep
+        llm.eval(prompt[keep:])
+
+    @property
+    def n_past(self) -> int:
+        return self._llm.n_tokens
+
+    def _sampler(self, sampling: SamplingParams, grammar: str | None):
+        key = (sampling, grammar)
+        sampler = self._samplers.get(key)
+        if sampler is None:
+            chain = _Chain(self._llm.n_vocab(), sampling)
+            if grammar is None:
+                sampler = chain
+            else:
+                from bolt_agent.core.grammar_sampler import FastGrammarSampler
+
+                sampler = FastGrammarSampler(
+                    self._llm._model.vocab, self._llm.n_vocab(), grammar, chain
+                )
+            self._samplers = {key: sampler}  # one phase at a time; a new grammar starts fresh
+        return sampler
+
+    def sample(self, sampling: SamplingParams, grammar: str | None = None) -> Token:
+        llm = self._llm
+        if llm.n_tokens >= llm.n_ctx():
+            return Token(id=-1, text="", is_eog=True)
+        t0 = time.monotonic()
+        token = self._sampler(sampling, grammar).sample(llm._ctx.ctx)
+        if self.stats.first_token_at is None:
+            self.stats.first_token_at = time.monotonic()
+        if self._is_eog(llm._model.vocab, token):
+            self.stats.decode_s += time.monotonic() - t0
+            return Token(id=token, text="", is_eog=True)
+        llm.eval([token])
+        self.stats.generated += 1
+        self.stats.decode_s += time.monotonic() - t0
+        return Token(id=token, text=self._text(token))
+
+    def force(self, text: str) -> list[Token]:
+        tokens = self._engine.tokenize(text)
+        room = self._llm.n_ctx() - self._llm.n_tokens
+        tokens = tokens[:room]
+        if tokens:
+            self._llm.eval(tokens)
+        self.stats.forced += len(tokens)
+        return [Token(id=t, text=self._text(t)) for t in tokens]
+
+    def _text(self, token: int) -> str:
+        return self._decoder.decode(self._llm.detokenize([token], special=True))
+
+
+class _Chain:
+    """The plain sampler chain (seed defaults: top-k → top-p → [min-p] → temperature → dist)."""
+
+    def __init__(self, n_vocab: int, sampling: SamplingParams):
+        from llama_cpp import _internals
+
+        self._owner = _internals.LlamaSampler()
+        if sampling.repeat_penalty != 1.0:
+            self._owner.add_penalties(n_vocab, 64, sampling.repeat_penalty, 0.0, 0.0)
+        if sampling.temperature <= 0:
+            self._owner.add_greedy()
+        else:
+            self._owner.add_top_k(sampling.top_k)
+            self._owner.add_top_p(sampling.top_p, 1)
+            if sampling.min_p > 0:
+                self._owner.add_min_p(sampling.min_p, 1)
+            self._owner.add_temp(sampling.temperature)
+            seed = sampling.seed if sampling.seed >= 0 else int.from_bytes(os.urandom(4), "little")
+            self._owner.add_dist(seed)
+        self.sampler = self._owner.sampler
+
+    def sample_raw(self, ctx) -> int:
+        from llama_cpp import llama_cpp as capi
+
+        return capi.llama_sampler_sample(self.sampler, ctx, -1)
+
+    sample = sample_raw

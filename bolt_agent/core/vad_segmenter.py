@@ -1,0 +1,263 @@
+"""Streaming voice-activity segmentation: push 16 kHz float32 chunks, get speech start/end events.
+
+The probabilities come from the Silero VAD model that faster-whisper ships
+(``faster_whisper.vad.get_vad_model``), run window by window with its recurrent state carried
+between calls, so pushing audio in any chunk size gives the same result as one long call.
+Offsets are sample indices since the start of the stream (``skip`` advances them over gaps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+SAMPLE_RATE = 16000
+WINDOW = 512  # Silero's window at 16 kHz (32 ms)
+CONTEXT = 64  # samples of the previous window the v5+/v6 model sees
+
+
+@dataclass(frozen=True)
+class VadConfig:
+    threshold: float = 0.5
+    min_silence_ms: int = 500
+    speech_pad_ms: int = 80
+    min_speech_ms: int = 150
+    max_speech_s: float = 20.0
+    neg_threshold: float | None = None  # default: threshold - 0.15
+
+    @property
+    def negative(self) -> float:
+        if self.neg_threshold is not None:
+            return self.neg_threshold
+        return max(self.threshold - 0.15, 0.01)
+
+
+@dataclass(frozen=True)
+class SpeechStart:
+    offset: int  # first sample of the utterance (padded)
+
+
+@dataclass(frozen=True)
+class SpeechEnd:
+    start: int
+    end: int  # one past the last sample (padded)
+    audio: np.ndarray = field(repr=False, compare=False)
+    forced: bool = False  # cut at max_speech_s, not at a silence
+
+
+VadEvent = SpeechStart | SpeechEnd
+
+
+class SpeechProbability(Protocol):
+    """Speech probability per 512-sample window, state carried between calls."""
+
+    def reset(self) -> None: ...
+
+    def __call__(self, windows: np.ndarray) -> np.ndarray: ...
+
+
+class SileroStream:
+    """faster-whisper's bundled Silero VAD, run incrementally (h/c state and context kept)."""
+
+    def __init__(self) -> None:
+        self._session = None
+        self.reset()
+
+    def load(self) -> SileroStream:
+        from faster_whisper.vad import get_vad_model
+
+        self._session = get_vad_model().session
+        return self
+
+    def reset(self) -> None:
+        self._h = np.zeros((1, 1, 128), dtype=np.float32)
+        self._c = np.zeros((1, 1, 128), dtype=np.float32)
+        self._context = np.zeros(CONTEXT, dtype=np.float32)
+
+    def __call__(self, windows: np.ndarray) -> np.ndarray:
+        if self._session is None:
+            self.load()
+        assert self._session is not None
+        windows = np.asarray(windows, dtype=np.float32).reshape(-1, WINDOW)
+        if len(windows) == 0:
+            return np.zeros(0, dtype=np.float32)
+        contexts = np.vstack([self._context[None, :], windows[:-1, -CONTEXT:]])
+        batch = np.concatenate([contexts, windows], axis=1)
+        probs, self._h, self._c = self._session.run(
+            None, {"input": batch, "h": self._h, "c": self._c}
+        )
+        self._context = windows[-1, -CONTEXT:].copy()
+        return np.asarray(probs, dtype=np.float32).reshape(-1)
+
+
+class _AudioBuffer:
+    """A growable float32 buffer addressed by absolute sample offsets."""
+
+    def __init__(self) -> None:
+        self._data = np.zeros(SAMPLE_RATE * 4, dtype=np.float32)
+        self._n = 0
+        self.start = 0
+
+    @property
+    def end(self) -> int:
+        return self.start + self._n
+
+    def append(self, x: np.ndarray) -> None:
+        if self._n + len(x) > len(self._data):
+            grown = np.zeros(max(2 * len(self._data), self._n + len(x)), dtype=np.float32)
+            grown[: self._n] = self._data[: self._n]
+            self._data = grown
+        self._data[self._n : self._n + len(x)] = x
+        self._n += len(x)
+
+    def slice(self, a: int, b: int) -> np.ndarray:
+        a, b = max(a, self.start), min(b, self.end)
+        return self._data[a - self.start : b - self.start].copy()
+
+    def drop_before(self, offset: int) -> None:
+        k = min(max(0, offset - self.start), self._n)
+        if k:
+            self._data[: self._n - k] = self._data[k : self._n]
+            self._n -= k
+            self.start += k
+
+    def reset(self, offset: int) -> None:
+        self._n, self.start = 0, offset
+
+
+class VadSegmenter:
+    """Turns a 16 kHz stream into SpeechStart/SpeechEnd events (SpeechEnd carries the audio)."""
+
+    def __init__(self, config: VadConfig | None = None, model: SpeechProbability | None = None):
+        self.config = config or VadConfig()
+        self.model: SpeechProbability = model if model is not None else SileroStream()
+        self._threshold = self.config.threshold
+        self._negative = self.config.negative
+        self._min_speech = self._ms(self.config.min_speech_ms)
+        self._buf = _AudioBuffer()
+        self._pending = np.zeros(0, dtype=np.float32)
+        self._processed = 0  # offset of the first sample not yet given to the model
+        self._reset_state()
+
+    @staticmethod
+    def _ms(ms: float) -> int:
+        return int(ms * SAMPLE_RATE / 1000)
+
+    def _reset_state(self) -> None:
+        self._start: int | None = None  # utterance start (padded) while in speech
+        self._candidate: int | None = None  # first speech window before min_speech is reached
+        self._speech_run = 0
+        self._gap = 0
+        self._temp_end: int | None = None
+
+    # --- public ------------------------------------------------------------------------------
+    @property
+    def offset(self) -> int:
+        """Samples received so far (the stream position)."""
+        return self._buf.end
+
+    @property
+    def in_speech(self) -> bool:
+        return self._start is not None
+
+    @property
+    def speech_start(self) -> int | None:
+        return self._start
+
+    def current_audio(self) -> np.ndarray:
+        """The utterance so far (empty when not in speech)."""
+        if self._start is None:
+            return np.zeros(0, dtype=np.float32)
+        return self._buf.slice(self._start, self._buf.end)
+
+    def set_sensitivity(self, threshold: float, min_speech_ms: float) -> None:
+        """Change the start threshold and minimum speech length at run time (barge-in)."""
+        self._threshold = threshold
+        self._negative = max(min(self.config.negative, threshold - 0.15), 0.01)
+        self._min_speech = self._ms(min_speech_ms)
+
+    def reset_sensitivity(self) -> None:
+        self.set_sensitivity(self.config.threshold, self.config.min_speech_ms)
+        self._negative = self.config.negative
+
+    def push(self, chunk: np.ndarray) -> list[VadEvent]:
+        """Add audio; returns the events it completed (in stream order)."""
+        x = np.asarray(chunk, dtype=np.float32).reshape(-1)
+        self._buf.append(x)
+        self._pending = np.concatenate([self._pending, x]) if len(self._pending) else x
+        k = len(self._pending) // WINDOW
+        events: list[VadEvent] = []
+        if k:
+            probs = self.model(self._pending[: k * WINDOW].reshape(k, WINDOW))
+            self._pending = self._pending[k * WINDOW :].copy()
+            for p in probs:
+                events.extend(self._step(float(p), self._processed))
+                self._processed += WINDOW
+        if self._start is None:  # keep only what a future start's padding may need
+            first_needed = self._candidate if self._candidate is not None else self._processed
+            self._buf.drop_before(first_needed - self._ms(self.config.speech_pad_ms) - WINDOW)
+        return events
+
+    def process(self, chunks: Iterable[np.ndarray], flush: bool = True) -> Iterator[VadEvent]:
+        """Generator over a whole stream of chunks (tests, offline files)."""
+        for chunk in chunks:
+            yield from self.push(chunk)
+        if flush:
+            yield from self.flush()
+
+    def flush(self) -> list[VadEvent]:
+        """End of stream: close an open utterance."""
+        events: list[VadEvent] = []
+        if self._start is not None:
+            events.append(SpeechEnd(self._start, self._buf.end, self.current_audio()))
+        self._reset_state()
+        return events
+
+    def skip(self, samples: int) -> None:
+        """Advance the stream position over audio that is not analysed (gated); drops an open
+        utterance and the model state."""
+        self.model.reset()
+        self._reset_state()
+        end = self._buf.end + int(samples)
+        self._buf.reset(end)
+        self._pending = np.zeros(0, dtype=np.float32)
+        self._processed = end
+
+    # --- state machine -----------------------------------------------------------------------
+    def _step(self, p: float, w_start: int) -> list[VadEvent]:
+        cfg = self.config
+        w_end = w_start + WINDOW
+        pad = self._ms(cfg.speech_pad_ms)
+        if self._start is None:
+            if p >= self._threshold:
+                if self._candidate is None:
+                    self._candidate = w_start
+                self._speech_run += WINDOW
+                self._gap = 0
+                if self._speech_run >= self._min_speech:
+                    self._start = max(self._buf.start, self._candidate - pad)
+                    self._candidate, self._speech_run, self._temp_end = None, 0, None
+                    return [SpeechStart(self._start)]
+            elif self._candidate is not None and p < self._negative:
+                self._gap += WINDOW
+                if self._gap >= min(self._ms(cfg.min_silence_ms), self._ms(100)):
+                    self._candidate, self._speech_run, self._gap = None, 0, 0
+            return []
+        if p >= self._threshold:
+            self._temp_end = None
+        elif p < self._negative and self._temp_end is None:
+            self._temp_end = w_start
+        if self._temp_end is not None and w_end - self._temp_end >= self._ms(cfg.min_silence_ms):
+            return [self._end(min(self._temp_end + pad, self._buf.end))]
+        if w_end - self._start >= int(cfg.max_speech_s * SAMPLE_RATE):
+            return [self._end(w_end, forced=True)]
+        return []
+
+    def _end(self, end: int, forced: bool = False) -> SpeechEnd:
+        assert self._start is not None
+        event = SpeechEnd(self._start, end, self._buf.slice(self._start, end), forced)
+        self._reset_state()
+        return event

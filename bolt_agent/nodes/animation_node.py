@@ -1,0 +1,222 @@
+"""animation_node: the ``animation/play`` action server, teleop override, joint commands.
+
+Logic lives in ``bolt_agent.core.animation.AnimationController``; this node wires it to ROS:
+a fixed-rate timer steps the controller and publishes ``robot/joint_commands`` (JointState,
+``header.frame_id`` = origin: llm | teleop | idle) and the robot's ``robot/joint_states``. Goal
+decisions and outcomes are logged and published as JSON on ``animation/events``; the override
+state is latched on ``teleop/override_state``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.action.server import ServerGoalHandle
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.task import Future
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Bool, String
+
+from bolt_agent.core.animation import AnimationLibrary
+from bolt_agent.core.animation_control import AnimationController, Outcome
+from bolt_agent.core.robot_backend import make_backend
+from bolt_agent.nodes import qos
+from bolt_agent.nodes.runtime import main_for
+from bolt_agent_interfaces.action import PlayAnimation
+
+#: the operator may publish volatile (plain `ros2 topic pub`) or latched: listen to both
+_VOLATILE_RELIABLE = QoSProfile(
+    depth=10, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE
+)
+
+
+class AnimationNode(Node):
+    def __init__(self) -> None:
+        super().__init__("animation_node")
+        p = {
+            "animations_file": "",
+            "rate_hz": 50.0,
+            "policy": "preempt",
+            "backend": "sim",
+            "idle_animation": "breathing",
+            "idle_after_s": 3.0,
+            "feedback_rate_hz": 10.0,
+        }
+        for name, default in p.items():
+            p[name] = self.declare_parameter(name, default).value
+        library = AnimationLibrary.load(p["animations_file"] or None)
+        self.controller = AnimationController(
+            library,
+            rate_hz=p["rate_hz"],
+            policy=p["policy"],
+            idle_animation=p["idle_animation"],
+            idle_after_s=p["idle_after_s"],
+        )
+        self.backend = make_backend(p["backend"], self.controller.pose)
+        self.backend.load()
+        self._feedback_every = max(1, round(p["rate_hz"] / max(p["feedback_rate_hz"], 0.1)))
+        self._ticks = 0
+        self._goals: dict[str, tuple[ServerGoalHandle, Future]] = {}
+        self._goals_lock = threading.Lock()
+
+        self.cmd_pub = self.create_publisher(JointState, "robot/joint_commands", qos.RELIABLE)
+        self.state_pub = self.create_publisher(JointState, "robot/joint_states", qos.RELIABLE)
+        self.events_pub = self.create_publisher(String, "animation/events", qos.RELIABLE)
+        self.override_pub = self.create_publisher(Bool, "teleop/override_state", qos.LATCHED)
+        self.override_pub.publish(Bool(data=False))
+
+        inputs = ReentrantCallbackGroup()
+        for profile in (qos.LATCHED, _VOLATILE_RELIABLE):
+            self.create_subscription(
+                Bool, "teleop/override", self._on_override, profile, callback_group=inputs
+            )
+        self.create_subscription(
+            JointState, "teleop/joint_command", self._on_teleop_joints, qos.RELIABLE,
+            callback_group=inputs,
+        )  # fmt: skip
+        self.create_subscription(
+            String, "teleop/animation", self._on_teleop_animation, qos.RELIABLE,
+            callback_group=inputs,
+        )  # fmt: skip
+        self.action_server = ActionServer(
+            self,
+            PlayAnimation,
+            "animation/play",
+            execute_callback=self._execute,
+            goal_callback=self._on_goal,
+            handle_accepted_callback=self._on_accepted,
+            cancel_callback=self._on_cancel,
+            callback_group=inputs,
+        )
+        self.timer = self.create_timer(
+            1.0 / p["rate_hz"], self._tick, callback_group=MutuallyExclusiveCallbackGroup()
+        )
+        self.get_logger().info(
+            f"animations: {', '.join(sorted(library.animations))}; {p['rate_hz']:.0f} Hz, "
+            f"policy={p['policy']}, backend={p['backend']}, idle={p['idle_animation'] or 'off'}"
+        )
+
+    # -- control loop ---------------------------------------------------------------------------
+    def _tick(self) -> None:
+        stamp = self.get_clock().now().to_msg()  # taken before the step: see docs (override)
+        result = self.controller.step()
+        if result.command is not None:
+            cmd = result.command
+            self.backend.send(cmd.positions)
+            self.cmd_pub.publish(self._joint_state(cmd.positions, stamp, cmd.origin))
+        self.state_pub.publish(self._joint_state(self.backend.read_state(), stamp, ""))
+        self._ticks += 1
+        if self._ticks % self._feedback_every == 0:
+            for goal_id, progress in result.progress.items():
+                entry = self._goals.get(goal_id)
+                if entry is not None and progress < 1.0:
+                    entry[0].publish_feedback(PlayAnimation.Feedback(progress=float(progress)))
+        for outcome in result.finished:
+            self._complete(outcome)
+
+    def _joint_state(self, positions, stamp, origin: str) -> JointState:
+        msg = JointState(
+            name=list(self.controller.lib.joints), position=[float(x) for x in positions]
+        )
+        msg.header.stamp = stamp
+        msg.header.frame_id = origin
+        return msg
+
+    def _complete(self, outcome: Outcome) -> None:
+        with self._goals_lock:
+            entry = self._goals.pop(outcome.goal_id, None)
+        self._event(outcome.status, goal=outcome.goal_id[:8], reason=outcome.message)
+        if entry is not None and not entry[1].done():
+            entry[1].set_result(outcome)
+
+    # -- action server --------------------------------------------------------------------------
+    def _on_goal(self, goal: PlayAnimation.Goal) -> GoalResponse:
+        decision = self.controller.check(goal.name, goal.speed, goal.source)
+        if not decision.accepted:
+            self.get_logger().warning(f"goal {goal.name!r} rejected: {decision.reason}")
+            self._event(
+                "rejected", name=goal.name, source=goal.source or "llm", reason=decision.reason
+            )
+            return GoalResponse.REJECT
+        return GoalResponse.ACCEPT
+
+    def _on_accepted(self, handle: ServerGoalHandle) -> None:
+        goal, goal_id = handle.request, bytes(handle.goal_id.uuid).hex()
+        future = Future()
+        with self._goals_lock:
+            self._goals[goal_id] = (handle, future)
+        decision = self.controller.submit(goal_id, goal.name, goal.speed, goal.source)
+        if decision.accepted:
+            self._event("accepted", goal=goal_id[:8], name=goal.name, source=goal.source or "llm")
+        else:  # the state changed since goal_callback (e.g. override switched on): abort it
+            self._complete(Outcome(goal_id, "aborted", decision.reason))
+        handle.execute()
+
+    def _on_cancel(self, handle: ServerGoalHandle) -> CancelResponse:
+        # Stop now (the next control period emits nothing for it), then let execute finish it.
+        return (
+            CancelResponse.ACCEPT
+            if self.controller.cancel(bytes(handle.goal_id.uuid).hex())
+            else CancelResponse.REJECT
+        )
+
+    async def _execute(self, handle: ServerGoalHandle) -> PlayAnimation.Result:
+        goal_id = bytes(handle.goal_id.uuid).hex()
+        with self._goals_lock:
+            entry = self._goals.get(goal_id)
+        outcome: Outcome = (await entry[1]) if entry else Outcome(goal_id, "aborted", "lost goal")
+        if outcome.status == "succeeded":
+            handle.succeed()
+        elif outcome.status == "canceled" and handle.is_cancel_requested:
+            handle.canceled()
+        else:
+            handle.abort()
+        return PlayAnimation.Result(success=outcome.status == "succeeded", message=outcome.message)
+
+    # -- teleop ---------------------------------------------------------------------------------
+    def _on_override(self, msg: Bool) -> None:
+        if msg.data == self.controller.override:
+            return
+        self.controller.set_override(msg.data)  # aborts llm goals before the state is announced
+        self.override_pub.publish(Bool(data=msg.data))
+        self.get_logger().info(f"teleop override {'ON' if msg.data else 'off'}")
+        self._event("override", on=msg.data)
+
+    def _on_teleop_joints(self, msg: JointState) -> None:
+        names = list(msg.name) or list(self.controller.lib.joints)[: len(msg.position)]
+        if len(names) != len(msg.position):
+            self._reject_teleop("joint_command", "name and position lengths differ")
+            return
+        decision = self.controller.teleop_pose(dict(zip(names, msg.position, strict=True)))
+        if not decision.accepted:
+            self._reject_teleop("joint_command", decision.reason)
+
+    def _on_teleop_animation(self, msg: String) -> None:
+        decision = self.controller.play_teleop(msg.data.strip())
+        if not decision.accepted:
+            self._reject_teleop("animation", decision.reason)
+        else:
+            self._event("accepted", name=msg.data.strip(), source="teleop")
+
+    def _reject_teleop(self, what: str, reason: str) -> None:
+        self.get_logger().warning(f"teleop/{what} rejected: {reason}")
+        self._event("rejected", source="teleop", what=what, reason=reason)
+
+    def _event(self, event: str, **fields) -> None:
+        self.events_pub.publish(String(data=json.dumps({"event": event, **fields})))
+
+    def destroy_node(self) -> None:
+        self.backend.close()
+        super().destroy_node()
+
+
+def main(args: list[str] | None = None) -> int:
+    return main_for(AnimationNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,106 @@
+"""Chat template: the seed's knob strings, spoken-first order, injection for foreign templates."""
+
+from bolt_agent.core.chat_template import (
+    BREVITY_INSTRUCTION,
+    BUDGET_INSTRUCTION,
+    THINK_OPEN,
+    ChatTemplate,
+    Knobs,
+)
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "trigger_reachy_animation",
+            "description": "Play an animation.",
+            "parameters": {
+                "type": "object",
+                "properties": {"animation_name": {"type": "string", "enum": ["happy_nod"]}},
+                "required": ["animation_name"],
+            },
+        },
+    }
+]
+MESSAGES = [
+    {"role": "system", "content": "You are Reachy."},
+    {"role": "user", "content": "Nod for me."},
+]
+
+
+def render(**knobs) -> str:
+    return ChatTemplate.bundled().render(MESSAGES, TOOLS, Knobs(**knobs))
+
+
+def test_seed_instructions_appear_only_when_asked():
+    plain = render(enable_thinking=True)
+    assert "Ensure that your thinking process" not in plain
+    assert BREVITY_INSTRUCTION not in plain
+    both = render(thinking_token_budget=128, conversational_mode=True)
+    assert BUDGET_INSTRUCTION.format(budget=128) in both
+    assert (
+        "Keep responses brief, natural, and easy to understand in conversation. Focus on the most "
+        "relevant points and avoid unnecessary detail unless asked." in both
+    )
+
+
+def test_thinking_switch_opens_or_closes_the_thought_block():
+    on = render(enable_thinking=True)
+    off = render(enable_thinking=False)
+    assert "<|think|>" in on and on.endswith("<|turn>model\n")
+    assert "<|think|>" not in off
+    assert off.endswith("<|turn>model\n" + THINK_OPEN + "<channel|>")
+
+
+def test_tools_are_declared_in_gemma4_syntax():
+    text = render()
+    assert "<|tool>declaration:trigger_reachy_animation{" in text
+    assert 'enum:[<|"|>happy_nod<|"|>]' in text
+    assert 'type:<|"|>OBJECT<|"|>' in text
+
+
+def test_history_is_spoken_first_and_continues_after_tool_results():
+    history = [
+        *MESSAGES,
+        {
+            "role": "assistant",
+            "content": "Sure, watch this!",
+            "tool_calls": [
+                {
+                    "function": {
+                        "name": "trigger_reachy_animation",
+                        "arguments": {"animation_name": "happy_nod"},
+                    }
+                }
+            ],
+            "tool_responses": [{"name": "trigger_reachy_animation", "response": {"ok": True}}],
+        },
+    ]
+    text = ChatTemplate.bundled().render(history, TOOLS, Knobs(enable_thinking=False))
+    speech = text.index("Sure, watch this!")
+    call = text.index("<|tool_call>call:trigger_reachy_animation{animation_name:")
+    response = text.index("<|tool_response>response:trigger_reachy_animation{ok:true}")
+    assert speech < call < response
+    assert text.endswith("<tool_response|>")  # the model continues the same turn
+
+
+def test_a_template_that_ignores_the_knobs_still_gets_the_instructions():
+    foreign = ChatTemplate(
+        "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>",
+        name="foreign",
+    )
+    text = foreign.render(MESSAGES, None, Knobs(thinking_token_budget=32, conversational_mode=True))
+    assert BUDGET_INSTRUCTION.format(budget=32) in text
+    assert BREVITY_INSTRUCTION in text
+    assert text.startswith("<system>You are Reachy.")
+
+
+def test_real_gemma4_template_renders_with_our_messages():
+    """Google's Gemma 4 template (as a GGUF would carry it) accepts the same message shape."""
+    import pathlib
+
+    src = pathlib.Path(__file__).parent / "data" / "gemma4_min.jinja"
+    template = ChatTemplate(src.read_text(), bos_token="<bos>", name="gguf")
+    text = template.render(MESSAGES, TOOLS, Knobs(enable_thinking=False, conversational_mode=True))
+    assert "<|turn>user\nNod for me.<turn|>" in text
+    assert BREVITY_INSTRUCTION in text

@@ -1,0 +1,203 @@
+"""Turn runner against the real bundled model (and a scripted engine for orchestration cases)."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+import pytest
+
+from bolt_agent.core.chat_template import Knobs
+from bolt_agent.core.dialogue import INTERRUPTED_MARKER, Dialogue
+from bolt_agent.core.llm_engine import LlamaConfig, LlamaEngine, SamplingParams
+from bolt_agent.core.models import resolve_model
+from bolt_agent.core.profile import load_profile
+from bolt_agent.core.scripted_engine import ScriptedEngine
+from bolt_agent.core.turn_runner import RunnerConfig, ToolResult, TurnRequest, TurnRunner
+
+
+class RecordingSink:
+    def __init__(self, result_for=lambda name, args: ToolResult(ok=True, result={"ok": True})):
+        self.events: list[tuple] = []
+        self.result_for = result_for
+
+    def on_first_token(self, turn_id):
+        self.events.append(("first",))
+
+    def on_thinking(self, turn_id, text):
+        self.events.append(("think", text))
+
+    def on_speech_delta(self, turn_id, text):
+        self.events.append(("delta", text))
+
+    def on_sentence(self, turn_id, seq, text):
+        self.events.append(("sentence", seq, text))
+
+    def dispatch(self, turn_id, name, arguments):
+        self.events.append(("dispatch", name, arguments))
+        f = Future()
+        f.set_result(self.result_for(name, arguments))
+        return f
+
+    def on_turn_end(self, turn_id, seq, result):
+        self.events.append(("end", seq))
+
+    def kinds(self):
+        return [e[0] for e in self.events if e[0] in ("sentence", "dispatch")]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    eng = LlamaEngine(LlamaConfig(model_path=str(resolve_model("", kind="llm")), n_ctx=2048))
+    eng.load()
+    yield eng
+    eng.close()
+
+
+def runner_for(engine, **cfg):
+    profile = load_profile("reachy_mini")
+    config = RunnerConfig(
+        sampling=SamplingParams(seed=cfg.pop("seed", 7)),
+        constrained=True,
+        max_speech_chars=cfg.pop("max_speech_chars", 60),
+        **cfg,
+    )
+    return TurnRunner(engine, Dialogue(profile.persona), profile.registry, config)
+
+
+def test_thinking_budget_is_enforced_in_a_real_generation(engine):
+    runner = runner_for(engine, max_steps=1, max_new_tokens=80)
+    sink = RecordingSink()
+    knobs = Knobs(enable_thinking=True, thinking_token_budget=16)
+    result = runner.run(TurnRequest("t1", "What can you see?", knobs, "none"), sink)
+    assert 0 < result.thinking_tokens <= 16
+    assert engine.count_tokens(result.thinking_text) <= 16 + 2  # re-tokenising may merge/split
+    spoken = " ".join(e[2] for e in sink.events if e[0] == "sentence")
+    assert result.thinking_text.strip() and result.thinking_text.strip() not in spoken
+    assert "<|channel>" not in spoken and "<channel|>" not in spoken
+
+
+def test_no_thinking_when_disabled(engine):
+    runner = runner_for(engine, max_steps=1, max_new_tokens=40)
+    sink = RecordingSink()
+    result = runner.run(TurnRequest("t1", "Hi!", Knobs(enable_thinking=False), "none"), sink)
+    assert result.thinking_tokens == 0 and result.thinking_text == ""
+    assert not [e for e in sink.events if e[0] == "think"]
+    assert result.spoken_text
+
+
+def test_required_tool_call_comes_after_the_speech_and_a_second_step_follows(engine):
+    runner = runner_for(engine, max_steps=2, max_new_tokens=96)
+    sink = RecordingSink()
+    request = TurnRequest("t1", "Look around the room.", Knobs(enable_thinking=False), "required")
+    result = runner.run(request, sink)
+    kinds = sink.kinds()
+    first_dispatch = kinds.index("dispatch")
+    assert "sentence" in kinds[:first_dispatch], kinds  # spoken first
+    assert result.steps == 2 and len(result.tool_calls) == 1
+    assert kinds[first_dispatch + 1 :] and set(kinds[first_dispatch + 1 :]) == {"sentence"}
+    steps = runner.dialogue.turns[-1].steps
+    assert steps[0].tool_responses == [
+        {"name": "trigger_reachy_animation", "response": {"ok": True}}
+    ]
+
+
+def test_prefix_is_reused_across_turns(engine):
+    runner = runner_for(engine, max_steps=1, max_new_tokens=24)
+    for i in range(3):
+        runner.run(
+            TurnRequest(f"t{i}", f"Tell me about item {i}.", Knobs(enable_thinking=False), "none"),
+            RecordingSink(),
+        )
+    last = runner.run(
+        TurnRequest("t9", "And one more thing?", Knobs(enable_thinking=False), "none"),
+        RecordingSink(),
+    )
+    stats = last.stats[0]
+    assert stats.reused_tokens >= 0.7 * stats.prompt_tokens, stats
+
+
+def test_cancel_stops_within_one_decode_step(engine):
+    runner = runner_for(engine, max_steps=1, max_new_tokens=120, max_speech_chars=200)
+    counts = {}
+
+    class CancellingSink(RecordingSink):
+        def on_speech_delta(self, turn_id, text):
+            super().on_speech_delta(turn_id, text)
+            if "at_cancel" not in counts:
+                counts["at_cancel"] = sum(s.generated for s in runner_result_stats())
+                runner.cancel()
+
+    def runner_result_stats():
+        return [engine_session_stats[-1]] if engine_session_stats else []
+
+    engine_session_stats = []
+    original_start = engine.start
+
+    def start(prompt):
+        session = original_start(prompt)
+        engine_session_stats.append(session.stats)
+        return session
+
+    engine.start = start
+    try:
+        sink = CancellingSink()
+        result = runner.run(
+            TurnRequest("t1", "Tell me a long story.", Knobs(enable_thinking=False), "none"), sink
+        )
+    finally:
+        del engine.start
+    assert result.cancelled
+    assert engine_session_stats[-1].generated - counts["at_cancel"] <= 1
+    spoken = "".join(e[1] for e in sink.events if e[0] == "delta")
+    runner.dialogue.mark_interrupted("t1", spoken)
+    assert runner.dialogue.turns[-1].steps[-1].content.endswith(INTERRUPTED_MARKER)
+
+
+# --- orchestration edge cases with a scripted engine ---------------------------------------
+
+
+def scripted_runner(scripts, **cfg):
+    profile = load_profile("reachy_mini")
+    return TurnRunner(
+        ScriptedEngine(scripts), Dialogue(profile.persona), profile.registry, RunnerConfig(**cfg)
+    )
+
+
+def test_tool_errors_are_fed_back_and_the_turn_goes_on():
+    runner = scripted_runner(
+        [
+            'Let me look. <tool_call>{"name": "fly", "arguments": {}}</tool_call>'
+            '<|tool_call>call:trigger_reachy_animation{animation_name:<|"|>scan_room<|"|>}'
+            "<tool_call|>",
+            "The server was down, sorry.",
+        ]
+    )
+    sink = RecordingSink(lambda n, a: ToolResult(ok=False, error="action server is not available"))
+    result = runner.run(TurnRequest("t1", "look", Knobs(enable_thinking=False)), sink)
+    assert result.steps == 2
+    responses = runner.dialogue.turns[-1].steps[0].tool_responses
+    assert "unknown tool 'fly'" in responses[0]["response"]["error"]
+    assert responses[1]["response"] == {"error": "action server is not available"}
+    assert "The server was down, sorry." in result.spoken_text
+    assert "action server is not available" in runner.engine.prompts[-1]
+
+
+def test_free_mode_budget_forcing_closes_the_thought():
+    words = " ".join(f"w{i}" for i in range(50))
+    runner = scripted_runner([f"<|channel>thought\n{words}<channel|>Done thinking."])
+    result = runner.run(
+        TurnRequest("t1", "q", Knobs(enable_thinking=True, thinking_token_budget=10), "none"),
+        RecordingSink(),
+    )
+    assert result.thinking_tokens <= 10
+    assert result.spoken_text == "Done thinking."
+
+
+def test_max_steps_bounds_tool_chaining():
+    call = 'ok <|tool_call>call:trigger_reachy_animation{animation_name:<|"|>happy_nod<|"|>}<tool_call|>'
+    runner = scripted_runner([call] * 5, max_steps=3)
+    result = runner.run(
+        TurnRequest("t1", "nod forever", Knobs(enable_thinking=False)), RecordingSink()
+    )
+    assert result.steps == 3
+    assert len(result.tool_calls) == 2  # the last step is words only (tools not offered)

@@ -1,0 +1,174 @@
+"""ASR node in its own process: speech streamed on audio/input (partials, finals, VAD boundaries,
+metrics), and a missing input device."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from audio_fixtures import pulse, speech_wav, wait_for, wer  # noqa: F401 - fixtures
+from ros_helpers import ros_node, spin_until, wait_for_subscriber
+from std_msgs.msg import String
+
+from bolt_agent.core.audio_io import float_to_int16
+from bolt_agent.nodes import qos
+from bolt_agent_interfaces.msg import AudioChunk, Transcript, TtsState, TurnMetrics, VoiceActivity
+
+BOUNDARY_S = 0.2
+CHUNK = 1600  # 100 ms blocks
+
+
+def start_asr(node_process, ns: str, *params: str, env: dict[str, str] | None = None):
+    args = ["-m", "bolt_agent.nodes.asr_node", "--ros-args", "-r", f"__ns:={ns}"]
+    for p in params:
+        args += ["-p", p]
+    return node_process(*args, env=env, name="asr")
+
+
+def secs(t) -> float:
+    return t.sec + t.nanosec * 1e-9
+
+
+@pytest.mark.slow
+def test_streamed_speech_gives_partials_then_finals_at_true_boundaries(
+    node_process,
+    unique_ns,
+    speech_wav,  # noqa: F811
+):
+    proc = start_asr(node_process, unique_ns, "audio_source:=topic", "partial_interval_s:=0.8")
+    with ros_node("asr_probe") as (node, ex):
+        events: list = []  # VoiceActivity and Transcript in arrival order
+        node.create_subscription(
+            VoiceActivity, f"{unique_ns}/asr/voice_activity", events.append, qos.RELIABLE
+        )
+        node.create_subscription(Transcript, f"{unique_ns}/asr/transcript", events.append, 50)
+        metrics: list[TurnMetrics] = []
+        node.create_subscription(TurnMetrics, f"{unique_ns}/bolt/turn_metrics", metrics.append, 50)
+        status: list[String] = []
+        node.create_subscription(String, f"{unique_ns}/asr_node/status", status.append, qos.LATCHED)
+        pub = node.create_publisher(AudioChunk, f"{unique_ns}/audio/input", qos.AUDIO)
+        spin_until(ex, lambda: bool(status), 60, f"the ASR node to listen: {proc.log()}")
+        wait_for_subscriber(ex, pub)
+
+        pcm = float_to_int16(speech_wav.audio)
+        base = node.get_clock().now().nanoseconds
+        t0 = time.monotonic()
+        for i in range(0, len(pcm), CHUNK):  # paced like a microphone, stamped by sample count
+            spin_until(ex, lambda i=i: time.monotonic() - t0 >= i / 16000, 5, "the next block")
+            msg = AudioChunk(sample_rate=16000, channels=1, samples=pcm[i : i + CHUNK].tolist())
+            ns = base + i * 1_000_000_000 // 16000
+            msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(ns, 1_000_000_000)
+            pub.publish(msg)
+
+        def finals() -> list[Transcript]:
+            return [e for e in events if isinstance(e, Transcript) and e.is_final]
+
+        spin_until(ex, lambda: len(finals()) == len(speech_wav.texts), 30, f"finals: {events}")
+        spin_until(ex, lambda: len(metrics) == len(speech_wav.texts), 5, "turn metrics")
+
+    starts = [e for e in events if isinstance(e, VoiceActivity) and e.speaking]
+    stops = [e for e in events if isinstance(e, VoiceActivity) and not e.speaking]
+    assert len(starts) == len(stops) == len(speech_wav.texts)
+    for start, stop, final, (first, last), text, m in zip(
+        starts, stops, finals(), speech_wav.truth, speech_wav.texts, metrics, strict=True
+    ):
+        uid = final.utterance_id
+        assert start.utterance_id == stop.utterance_id == uid and not start.barge_in
+        t_start = secs(start.header.stamp) - base * 1e-9
+        t_stop = secs(stop.header.stamp) - base * 1e-9
+        assert abs(t_start - first / 16000) <= BOUNDARY_S, (t_start, first / 16000)
+        assert abs(t_stop - last / 16000) <= BOUNDARY_S, (t_stop, last / 16000)
+        assert abs(secs(final.audio_start) - secs(start.header.stamp)) < 1e-3
+        assert wer(text, final.text) <= 0.1, (text, final.text)
+        assert final.language == "en" and 0.3 < final.confidence <= 1.0
+        mine = [e for e in events if getattr(e, "utterance_id", "") == uid]
+        partials = [e for e in mine if isinstance(e, Transcript) and not e.is_final]
+        assert partials, f"no partial for {text!r}"
+        assert mine.index(partials[-1]) < mine.index(final)  # partials precede the final
+        assert m.source == "asr" and m.turn_id == uid
+        assert secs(m.speech_end) == pytest.approx(secs(stop.header.stamp), abs=1e-3)
+        assert secs(m.asr_final) > 0
+    assert proc.alive(), proc.log()
+
+
+def test_missing_input_device_keeps_node_up_and_reports(node_process, unique_ns, pulse):  # noqa: F811
+    proc = start_asr(node_process, unique_ns, "device:=no_such_device", "retry_s:=0.5",
+                     env=pulse.env())  # fmt: skip
+    with ros_node("asr_probe") as (node, ex):
+        status: list[String] = []
+        node.create_subscription(String, f"{unique_ns}/asr_node/status", status.append, qos.LATCHED)
+        spin_until(ex, lambda: bool(status), 60, proc.log())
+        report = json.loads(status[-1].data)
+        assert report["level"] == "ERROR" and report["node"] == "asr_node"
+        assert "no_such_device" in report["message"] and "available input devices" in report["message"]
+        assert "default" in report["message"]
+        spin_until(ex, lambda: proc.log().count("no_such_device") >= 2, 10, "a retry")
+    assert proc.alive(), proc.log()
+
+
+def test_bad_model_fails_configure_with_the_file_named(node_process, unique_ns):
+    proc = start_asr(node_process, unique_ns, "model:=/nonexistent/whisper-dir")
+    wait_for(lambda: "configure failed" in proc.log(), 30, "the configure failure")
+    log = proc.log()
+    assert "ASR model missing" in log and "/nonexistent/whisper-dir" in log, log
+    assert proc.alive(), log  # stays up, unconfigured
+
+
+@pytest.mark.slow
+def test_echo_modes_barge_in_and_gate(node_process, unique_ns, speech_wav):  # noqa: F811
+    """Two ASR nodes hear the same stream: `barge_in` flags speech over the robot (and still
+    transcribes it), `gate` ignores the mic until the robot has stopped."""
+    barge_proc = start_asr(node_process, unique_ns, "audio_source:=topic", "partial_interval_s:=0.0")
+    gate_proc = start_asr(
+        node_process, unique_ns, "audio_source:=topic", "partial_interval_s:=0.0",
+        "echo_mode:=gate", "-r", "__node:=asr_gate", "-r", "asr/voice_activity:=gate/voice_activity",
+        "-r", "asr/transcript:=gate/transcript",
+    )  # fmt: skip
+    with ros_node("asr_probe") as (node, ex):
+        seen: dict[str, list] = {"barge": [], "gate": []}
+        for key, prefix in (("barge", "asr"), ("gate", "gate")):
+            for msg_type, leaf in ((VoiceActivity, "voice_activity"), (Transcript, "transcript")):
+                node.create_subscription(
+                    msg_type, f"{unique_ns}/{prefix}/{leaf}", seen[key].append, qos.RELIABLE
+                )
+        status: dict[str, str] = {}
+        for name in ("asr_node", "asr_gate"):
+            node.create_subscription(String, f"{unique_ns}/{name}/status",
+                                     lambda m, n=name: status.update({n: m.data}), qos.LATCHED)  # fmt: skip
+        tts_state = node.create_publisher(TtsState, f"{unique_ns}/tts/state", qos.LATCHED)
+        pub = node.create_publisher(AudioChunk, f"{unique_ns}/audio/input", qos.AUDIO)
+        spin_until(ex, lambda: len(status) == 2, 60, f"both ASR nodes: {status}")
+        spin_until(ex, lambda: pub.get_subscription_count() == 2, 10, "two audio subscribers")
+        spin_until(ex, lambda: tts_state.get_subscription_count() == 2, 10, "two state subscribers")
+
+        pcm = float_to_int16(speech_wav.audio)
+        split = speech_wav.truth[1][0] - int(0.8 * 16000)  # in the silence before utterance 2
+
+        def stream(a: int, b: int, speed: float) -> None:
+            t0 = time.monotonic()
+            for i in range(a, b, CHUNK):
+                spin_until(ex, lambda i=i: time.monotonic() - t0 >= (i - a) / 16000 / speed, 5)
+                block = pcm[i : min(i + CHUNK, b)].tolist()
+                pub.publish(AudioChunk(sample_rate=16000, channels=1, samples=block))
+
+        def finals(key: str) -> list[Transcript]:
+            return [m for m in seen[key] if isinstance(m, Transcript) and m.is_final]
+
+        tts_state.publish(TtsState(speaking=True, turn_id="r1"))
+        stream(0, split, speed=2.0)
+        spin_until(ex, lambda: len(finals("barge")) == 1, 30, "the barge-in utterance")
+        tts_state.publish(TtsState(speaking=False, turn_id="r1"))
+        stream(split, len(pcm), speed=1.0)
+        spin_until(ex, lambda: len(finals("barge")) == 2 and len(finals("gate")) == 1, 30,
+                   f"the second utterance: {seen}")  # fmt: skip
+
+    barge_va = [m for m in seen["barge"] if isinstance(m, VoiceActivity)]
+    assert [(m.speaking, m.barge_in) for m in barge_va] == [
+        (True, True), (False, True), (True, False), (False, False)
+    ]  # fmt: skip
+    assert wer(speech_wav.texts[0], finals("barge")[0].text) <= 0.1
+    gate_va = [m for m in seen["gate"] if isinstance(m, VoiceActivity)]
+    assert [(m.speaking, m.barge_in) for m in gate_va] == [(True, False), (False, False)]
+    assert wer(speech_wav.texts[1], finals("gate")[0].text) <= 0.1
+    assert barge_proc.alive() and gate_proc.alive()

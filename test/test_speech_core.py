@@ -1,0 +1,192 @@
+"""Speech core, synchronously: VAD segmentation, resampling, device selection, engines."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from audio_fixtures import speech_wav  # noqa: F401 - fixture
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bolt_agent.core.asr_engine import combine_segments
+from bolt_agent.core.audio_io import (
+    DeviceInfo,
+    DeviceNotFoundError,
+    StreamResampler,
+    float_to_int16,
+    int16_to_float,
+    resample,
+    select_device,
+    to_mono,
+)
+from bolt_agent.core.playback import PacedSink
+from bolt_agent.core.tts_engine import split_sentences, spoken_prefix
+from bolt_agent.core.vad_segmenter import WINDOW, SpeechEnd, SpeechStart, VadConfig, VadSegmenter
+
+TOLERANCE = int(0.2 * 16000)
+
+
+def _chunks(audio: np.ndarray, seed: int) -> list[np.ndarray]:
+    rng, out, i = np.random.default_rng(seed), [], 0
+    while i < len(audio):
+        k = int(rng.integers(50, 4000))
+        out.append(audio[i : i + k])
+        i += k
+    return out
+
+
+@pytest.mark.slow
+def test_vad_boundaries_match_truth_whatever_the_chunking(speech_wav):  # noqa: F811
+    results = []
+    for seed in (1, 2):
+        events = list(VadSegmenter().process(_chunks(speech_wav.audio, seed)))
+        assert [type(e) for e in events] == [SpeechStart, SpeechEnd] * len(speech_wav.truth)
+        ends = [e for e in events if isinstance(e, SpeechEnd)]
+        for end, (first, last) in zip(ends, speech_wav.truth, strict=True):
+            assert abs(end.start - first) <= TOLERANCE, (end.start, first)
+            assert abs(end.end - last) <= TOLERANCE, (end.end, last)
+            assert len(end.audio) == end.end - end.start and not end.forced
+        results.append([(e.start, e.end) for e in ends])
+    assert results[0] == results[1]  # chunk sizes do not change the segmentation
+
+
+@pytest.mark.slow
+def test_vad_ignores_silence_and_noise_and_cuts_long_speech(speech_wav):  # noqa: F811
+    quiet = np.random.default_rng(0).normal(0, 0.003, 16000 * 3).astype(np.float32)
+    assert list(VadSegmenter().process([quiet])) == []
+    speech = speech_wav.audio[speech_wav.truth[0][0] : speech_wav.truth[0][1]]
+    seg = VadSegmenter(VadConfig(max_speech_s=1.0))
+    ends = [e for e in seg.process([speech]) if isinstance(e, SpeechEnd)]
+    assert ends and ends[0].forced and ends[0].end - ends[0].start <= 16000 + WINDOW
+
+
+class _Scripted:
+    """Fake probability model: the probabilities are given per window."""
+
+    def __init__(self, probs: list[float]) -> None:
+        self.probs, self.i = probs, 0
+
+    def reset(self) -> None:
+        pass
+
+    def __call__(self, windows: np.ndarray) -> np.ndarray:
+        out = self.probs[self.i : self.i + len(windows)]
+        self.i += len(windows)
+        return np.array(out + [0.0] * (len(windows) - len(out)), dtype=np.float32)
+
+
+def test_vad_state_machine_min_speech_silence_and_skip():
+    # 10 silent windows, 2 speech (too short), 10 silent, 20 speech, 20 silent
+    probs = [0.0] * 10 + [0.9] * 2 + [0.0] * 10 + [0.9] * 20 + [0.0] * 20
+    config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=0)
+    seg = VadSegmenter(config, _Scripted(probs))
+    events = list(seg.process([np.zeros(len(probs) * WINDOW, np.float32)]))
+    assert events[0] == SpeechStart(22 * WINDOW)
+    assert isinstance(events[1], SpeechEnd) and (events[1].start, events[1].end) == (
+        22 * WINDOW,
+        42 * WINDOW,
+    )
+    seg = VadSegmenter(config, _Scripted([0.9] * 20))
+    seg.push(np.zeros(10 * WINDOW, np.float32))
+    assert seg.in_speech
+    seg.skip(16000)  # gated: the open utterance is dropped, the position advances
+    assert not seg.in_speech and seg.offset == 10 * WINDOW + 16000
+
+
+def test_vad_barge_in_sensitivity():
+    seg = VadSegmenter(VadConfig(), _Scripted([0.7] * 30))
+    seg.set_sensitivity(0.8, 300)
+    assert seg.push(np.zeros(30 * WINDOW, np.float32)) == []  # 0.7 is below the raised bar
+    seg.reset_sensitivity()
+    seg2 = VadSegmenter(VadConfig(), _Scripted([0.7] * 30))
+    assert isinstance(seg2.push(np.zeros(30 * WINDOW, np.float32))[0], SpeechStart)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(1, 3000), min_size=1, max_size=8))
+def test_stream_resampler_matches_one_shot(sizes):
+    x = np.sin(np.arange(sum(sizes)) * 0.01).astype(np.float32)
+    stream = StreamResampler(22050, 16000)
+    parts, i = [], 0
+    for n in sizes:
+        parts.append(stream.process(x[i : i + n]))
+        i += n
+    parts.append(stream.process(np.zeros(0, np.float32), last=True))
+    got = np.concatenate(parts)
+    want = resample(x, 22050, 16000)
+    assert abs(len(got) - len(want)) <= 2
+    n = min(len(got), len(want))
+    assert np.allclose(got[:n], want[:n], atol=2e-3)
+
+
+def test_resample_keeps_pitch_and_sample_conversion_round_trips():
+    t = np.arange(48000) / 48000
+    y = resample(np.sin(2 * np.pi * 440 * t).astype(np.float32), 48000, 16000)
+    assert len(y) == 16000
+    assert abs(np.argmax(np.abs(np.fft.rfft(y))) - 440) <= 1  # 1 Hz bins over 1 s
+    pcm = np.array([-32768, -1, 0, 1, 32767], dtype=np.int16)
+    assert np.array_equal(float_to_int16(int16_to_float(pcm)), pcm)
+    assert to_mono(np.array([1.0, 3.0, 2.0, 4.0], np.float32), 2).tolist() == [2.0, 3.0]
+
+
+DEVICES = [
+    DeviceInfo(0, "pulse", 32, 32, 44100.0),
+    DeviceInfo(1, "default", 32, 32, 44100.0),
+    DeviceInfo(2, "USB Speaker: Audio (hw:2,0)", 0, 2, 48000.0),
+]
+
+
+def test_device_selection_by_name_index_and_default():
+    assert select_device("", DEVICES, "input").name == "default"
+    assert select_device("2", DEVICES, "output").index == 2
+    assert select_device(0, DEVICES, "input").name == "pulse"
+    assert select_device("usb speaker", DEVICES, "output").index == 2
+    with pytest.raises(DeviceNotFoundError) as err:
+        select_device("usb speaker", DEVICES, "input")  # output-only device
+    assert "[0] pulse" in str(err.value) and "[1] default" in str(err.value)
+    with pytest.raises(DeviceNotFoundError, match="no_such_device"):
+        select_device("no_such_device", DEVICES, "output")
+
+
+def test_sentences_and_spoken_prefix():
+    assert split_sentences("Hello there. Let me check! Ok") == ["Hello there.", "Let me check!", "Ok"]
+    assert spoken_prefix("one two three four", 0.5) == "one two"
+    assert spoken_prefix("one two three four", 0.0) == ""
+    assert spoken_prefix("one two three four", 1.0) == "one two three four"
+
+
+class _Seg:
+    def __init__(self, text, no_speech_prob, avg_logprob, n=4):
+        self.text, self.no_speech_prob, self.avg_logprob = text, no_speech_prob, avg_logprob
+        self.tokens = list(range(n))
+
+
+def test_no_speech_and_empty_segments_are_dropped():
+    assert combine_segments([_Seg(" ", 0.0, -0.1), _Seg(" ...", 0.0, -0.1)], 0.6, -1.0) is None
+    assert combine_segments([_Seg("Thank you.", 0.9, -1.5)], 0.6, -1.0) is None
+    text, conf, _ = combine_segments([_Seg(" Hi.", 0.1, -0.1), _Seg("You", 0.95, -0.2)], 0.6, -1.0)
+    assert text == "Hi." and abs(conf - np.exp(-0.1)) < 1e-6
+
+
+def test_paced_sink_plays_in_real_time_and_stops_at_once():
+    import threading
+    import time
+
+    emitted: list[int] = []
+    done = threading.Event()
+    sink = PacedSink(lambda b: emitted.append(len(b)), 16000, 20, on_done=lambda tag: done.set())
+    sink.open()
+    try:
+        t0 = time.monotonic()
+        sink.write("a", np.ones(4000, np.int16))  # 0.25 s
+        assert done.wait(2.0)
+        assert time.monotonic() - t0 >= 0.2 and sink.progress("a") == (4000, 4000)
+        sink.write("b", np.ones(16000 * 5, np.int16))
+        while sink.progress("b")[0] < 1600:
+            time.sleep(0.005)
+        report = sink.stop()
+        played = sink.progress("b")[0]
+        assert report.stop_s < 0.05 and report.dropped_tags == 1
+        assert 1600 <= played < 16000 * 5 and not sink.done("b")
+    finally:
+        sink.close()

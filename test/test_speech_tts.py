@@ -1,0 +1,148 @@
+"""TTS node in its own process: device playback into a PulseAudio null sink, barge-in,
+headless topic output, the Speak action, teleop, and a missing device."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from audio_fixtures import pulse, wait_for  # noqa: F401 - fixture
+from rclpy.action import ActionClient
+from ros_helpers import ros_node, spin_until, wait_for_publisher, wait_for_subscriber
+from std_msgs.msg import String
+
+from bolt_agent.nodes import qos
+from bolt_agent_interfaces.action import Speak
+from bolt_agent_interfaces.msg import AudioChunk, SpokenText, TtsState, TurnMetrics, VoiceActivity
+
+LONG = (
+    "Hello there, let me check the back room for you. "
+    "I have iron helmets, leather boots and a fine steel breastplate. "
+    "Come back tomorrow and I will have even more."
+)
+STOP_TARGET_MS = 50.0
+
+
+class Inbox:
+    """Messages received on one topic."""
+
+    def __init__(self, node, msg_type, topic: str, profile=qos.RELIABLE) -> None:
+        self.items: list = []
+        self.sub = node.create_subscription(msg_type, topic, self.items.append, profile)
+
+    def last(self):
+        return self.items[-1] if self.items else None
+
+
+def start_tts(node_process, ns: str, *params: str, env: dict[str, str] | None = None):
+    args = ["-m", "bolt_agent.nodes.tts_node", "--ros-args", "-r", f"__ns:={ns}"]
+    for p in params:
+        args += ["-p", p]
+    return node_process(*args, env=env, name="tts")
+
+
+def status_of(inbox: Inbox) -> dict:
+    return json.loads(inbox.last().data) if inbox.items else {}
+
+
+@pytest.mark.slow
+def test_barge_in_stops_device_playback_within_target(node_process, unique_ns, pulse):  # noqa: F811
+    proc = start_tts(node_process, unique_ns, env=pulse.env(sink="robot_speaker"))
+    with ros_node("tts_probe") as (node, ex):
+        status = Inbox(node, String, f"{unique_ns}/tts_node/status", qos.LATCHED)
+        state = Inbox(node, TtsState, f"{unique_ns}/tts/state", qos.LATCHED)
+        metrics = Inbox(node, TurnMetrics, f"{unique_ns}/bolt/turn_metrics")
+        say = node.create_publisher(SpokenText, f"{unique_ns}/speech/say", qos.RELIABLE)
+        barge = node.create_publisher(VoiceActivity, f"{unique_ns}/asr/voice_activity", qos.RELIABLE)
+        spin_until(ex, lambda: "open on device" in status_of(status).get("message", ""), 30,
+                   f"the output device to open: {status.items} / {proc.log()}")  # fmt: skip
+        wait_for_subscriber(ex, say)
+        wait_for_subscriber(ex, barge)
+        say.publish(SpokenText(turn_id="t1", seq=0, text=LONG, is_last_in_turn=True))
+        first = "Hello there, let me check the back room for you."
+        spin_until(ex, lambda: any(s.spoken_text == first for s in state.items), 30,
+                   "the first sentence to be played")  # fmt: skip
+        barge.publish(VoiceActivity(utterance_id="u1", speaking=True, barge_in=True))
+        spin_until(ex, lambda: state.last().interrupted, 5, "an interrupted state")
+        final = state.last()
+        assert final.turn_id == "t1" and not final.speaking
+        assert final.spoken_text.startswith(first) and len(final.spoken_text) < len(LONG)
+        assert LONG.startswith(final.spoken_text)  # a prefix of what was asked, word aligned
+        spin_until(ex, lambda: "stop" in status_of(status), 5, "the stop report")
+        stop = status_of(status)["stop"]
+        print("stop report", stop)
+        assert stop["reason"] == "barge-in" and stop["spoken"] == final.spoken_text
+        assert stop["stop_ms"] <= STOP_TARGET_MS, stop
+        assert stop["last_audio_ms"] <= STOP_TARGET_MS, stop
+        assert [m.source for m in metrics.items] == ["tts"] and metrics.items[0].turn_id == "t1"
+        assert metrics.items[0].first_audio.sec > 0
+    assert proc.alive(), proc.log()
+
+
+@pytest.mark.slow
+def test_headless_speak_action_teleop_and_stop(node_process, unique_ns):
+    proc = start_tts(node_process, unique_ns, "audio_sink:=topic")
+    with ros_node("tts_probe") as (node, ex):
+        state = Inbox(node, TtsState, f"{unique_ns}/tts/state", qos.LATCHED)
+        audio = Inbox(node, AudioChunk, f"{unique_ns}/audio/output", qos.AUDIO)
+        teleop = node.create_publisher(String, f"{unique_ns}/teleop/say", qos.RELIABLE)
+        stop = node.create_publisher(String, f"{unique_ns}/tts/stop", qos.RELIABLE)
+        client = ActionClient(node, Speak, f"{unique_ns}/tts/speak")
+        spin_until(ex, lambda: client.server_is_ready(), 30, f"the Speak server: {proc.log()}")
+        wait_for_publisher(ex, audio.sub)
+
+        def speak(text: str, interrupt: bool = False):
+            future = client.send_goal_async(Speak.Goal(text=text, interrupt=interrupt))
+            spin_until(ex, future.done, 10, "goal acceptance")
+            return future.result().get_result_async()
+
+        result = speak("Hi there.")
+        spin_until(ex, result.done, 20, "the Speak result")
+        assert result.result().result.completed
+        assert result.result().result.spoken_text == "Hi there."
+        samples = sum(len(m.samples) for m in audio.items)
+        assert audio.items[0].sample_rate == 22050 and samples > 0.3 * 22050
+
+        wait_for_subscriber(ex, teleop)
+        before = len(audio.items)
+        long_goal = speak(LONG)
+        # interrupt 1.2 s into the first sentence (2.7 s long), timed by the audio itself
+        spin_until(ex, lambda: sum(len(m.samples) for m in audio.items[before:]) >= 1.2 * 22050,
+                   20, "audio of the long goal")  # fmt: skip
+        teleop.publish(String(data="Stop right there."))
+        spin_until(ex, long_goal.done, 10, "the interrupted goal")
+        cut = long_goal.result().result
+        first = "Hello there, let me check the back room for you."
+        assert not cut.completed and cut.spoken_text and first.startswith(cut.spoken_text)
+        assert 2 <= len(cut.spoken_text.split()) < len(first.split())  # proportional to samples
+        spin_until(ex, lambda: state.last().turn_id.startswith("teleop") and state.last().speaking,
+                   20, "the teleop turn")  # fmt: skip
+        wait_for_subscriber(ex, stop)
+        stop.publish(String(data=""))
+        spin_until(ex, lambda: state.last().interrupted, 5, "tts/stop to interrupt teleop")
+        assert state.last().turn_id.startswith("teleop")
+    assert proc.alive(), proc.log()
+
+
+def test_missing_output_device_keeps_node_up_and_reports(node_process, unique_ns, pulse):  # noqa: F811
+    proc = start_tts(node_process, unique_ns, "device:=no_such_device", "retry_s:=0.5",
+                     env=pulse.env())  # fmt: skip
+    with ros_node("tts_probe") as (node, ex):
+        status = Inbox(node, String, f"{unique_ns}/tts_node/status", qos.LATCHED)
+        state = Inbox(node, TtsState, f"{unique_ns}/tts/state", qos.LATCHED)
+        spin_until(ex, lambda: status_of(status).get("level") == "ERROR", 30, proc.log())
+        message = status_of(status)["message"]
+        assert "no_such_device" in message and "available output devices" in message
+        assert "default" in message
+        spin_until(ex, lambda: state.items, 5, "the idle state")
+        assert not state.last().speaking
+        spin_until(ex, lambda: proc.log().count("no_such_device") >= 2, 10, "a retry")
+    assert proc.alive(), proc.log()
+
+
+def test_missing_voice_fails_configure_with_the_file_named(node_process, unique_ns):
+    proc = start_tts(node_process, unique_ns, "model:=/nonexistent/voice.onnx")
+    wait_for(lambda: "configure failed" in proc.log(), 30, "the configure failure")
+    log = proc.log()
+    assert "TTS model missing" in log and "/nonexistent/voice.onnx" in log, log
+    assert proc.alive(), log
