@@ -29,11 +29,11 @@ def spin_until(
 
 
 @contextmanager
-def ros_node(name: str) -> Iterator[tuple[Node, SingleThreadedExecutor]]:
+def ros_node(name: str, namespace: str = "") -> Iterator[tuple[Node, SingleThreadedExecutor]]:
     """A node in a private context with its own executor, torn down on exit."""
     context = Context()
     rclpy.init(context=context)
-    node = rclpy.create_node(name, context=context)
+    node = rclpy.create_node(name, namespace=namespace, context=context)
     executor = SingleThreadedExecutor(context=context)
     executor.add_node(node)
     try:

@@ -118,7 +118,7 @@ def test_preempt_queue_reject_policies(lib):
     ctrl = AnimationController(lib, policy="queue")
     ctrl.submit("a", "happy_nod")
     ctrl.submit("b", "wave_antenna")
-    cmds, outcomes = run(ctrl)
+    _, outcomes = run(ctrl)
     assert [o.goal_id for o in outcomes] == ["a", "b"]
     assert all(o.status == "succeeded" for o in outcomes)
 

@@ -87,7 +87,7 @@ def test_json_tool_call_format_and_think_tags():
         '"sell_to_player", "arguments": {"item": "iron helmet", "quantity": 2}}</tool_call>'
     )
     events, _ = parse([text[i : i + 7] for i in range(0, len(text), 7)])
-    assert [e for e in events if isinstance(e, ToolCall)][0].arguments == {
+    assert next(e for e in events if isinstance(e, ToolCall)).arguments == {
         "item": "iron helmet",
         "quantity": 2,
     }
@@ -116,7 +116,7 @@ def test_unknown_tool_invalid_arguments_and_garbage_become_errors():
 def test_unterminated_call_and_control_tokens_never_reach_speech():
     events, parser = parse(['Hello <|"|> there<|image|>.', " <|tool_call>call:x{"])
     assert parser.speech_text.strip() == "Hello  there."
-    assert isinstance([e for e in events if isinstance(e, ToolCallError)][0], ToolCallError)
+    assert isinstance(next(e for e in events if isinstance(e, ToolCallError)), ToolCallError)
 
 
 def test_literal_angle_brackets_in_speech_survive():

@@ -194,7 +194,10 @@ def test_free_mode_budget_forcing_closes_the_thought():
 
 
 def test_max_steps_bounds_tool_chaining():
-    call = 'ok <|tool_call>call:trigger_reachy_animation{animation_name:<|"|>happy_nod<|"|>}<tool_call|>'
+    call = (
+        'ok <|tool_call>call:trigger_reachy_animation{animation_name:<|"|>happy_nod<|"|>}'
+        "<tool_call|>"
+    )
     runner = scripted_runner([call] * 5, max_steps=3)
     result = runner.run(
         TurnRequest("t1", "nod forever", Knobs(enable_thinking=False)), RecordingSink()

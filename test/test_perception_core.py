@@ -109,7 +109,10 @@ def test_motion_events_follow_the_moving_shape(published):
 
 
 def test_light_change_events(published):
-    darker, brighter = when(published, "the light got darker"), when(published, "the light got brighter")
+    darker, brighter = (
+        when(published, "the light got darker"),
+        when(published, "the light got brighter"),
+    )
     assert darker and DARK_START <= darker[0] <= DARK_START + 1  # immediate, not the 0.5 s check
     assert brighter and DARK_END <= brighter[0] <= DARK_END + 1
     dark = next(d for i, d in published if i == darker[0])
@@ -125,8 +128,12 @@ def test_person_appears_on_the_left(published):
 
 
 def test_change_wording():
-    prev = finish(SceneDescription(people_boxes=[Box(0, 0, 10, 10)], people_count=1, width=90), None)
-    cur = finish(SceneDescription(people_boxes=[Box(80, 0, 10, 10)], people_count=1, width=90), prev)
+    prev = finish(
+        SceneDescription(people_boxes=[Box(0, 0, 10, 10)], people_count=1, width=90), None
+    )
+    cur = finish(
+        SceneDescription(people_boxes=[Box(80, 0, 10, 10)], people_count=1, width=90), prev
+    )
     assert cur.changes == ["a person moved from the left to the right"]
     assert "Just now: a person moved" in cur.summary
 

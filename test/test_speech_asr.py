@@ -19,10 +19,14 @@ BOUNDARY_S = 0.2
 CHUNK = 1600  # 100 ms blocks
 
 
-def start_asr(node_process, ns: str, *params: str, env: dict[str, str] | None = None):
+def start_asr(
+    node_process, ns: str, *params: str, remaps: tuple[str, ...] = (), env: dict | None = None
+):
     args = ["-m", "bolt_agent.nodes.asr_node", "--ros-args", "-r", f"__ns:={ns}"]
     for p in params:
         args += ["-p", p]
+    for r in remaps:
+        args += ["-r", r]
     return node_process(*args, env=env, name="asr")
 
 
@@ -93,15 +97,18 @@ def test_streamed_speech_gives_partials_then_finals_at_true_boundaries(
 
 
 def test_missing_input_device_keeps_node_up_and_reports(node_process, unique_ns, pulse):  # noqa: F811
-    proc = start_asr(node_process, unique_ns, "device:=no_such_device", "retry_s:=0.5",
-                     env=pulse.env())  # fmt: skip
+    proc = start_asr(
+        node_process, unique_ns, "device:=no_such_device", "retry_s:=0.5", env=pulse.env()
+    )
     with ros_node("asr_probe") as (node, ex):
         status: list[String] = []
         node.create_subscription(String, f"{unique_ns}/asr_node/status", status.append, qos.LATCHED)
         spin_until(ex, lambda: bool(status), 60, proc.log())
         report = json.loads(status[-1].data)
         assert report["level"] == "ERROR" and report["node"] == "asr_node"
-        assert "no_such_device" in report["message"] and "available input devices" in report["message"]
+        assert (
+            "no_such_device" in report["message"] and "available input devices" in report["message"]
+        )
         assert "default" in report["message"]
         spin_until(ex, lambda: proc.log().count("no_such_device") >= 2, 10, "a retry")
     assert proc.alive(), proc.log()
@@ -119,12 +126,21 @@ def test_bad_model_fails_configure_with_the_file_named(node_process, unique_ns):
 def test_echo_modes_barge_in_and_gate(node_process, unique_ns, speech_wav):  # noqa: F811
     """Two ASR nodes hear the same stream: `barge_in` flags speech over the robot (and still
     transcribes it), `gate` ignores the mic until the robot has stopped."""
-    barge_proc = start_asr(node_process, unique_ns, "audio_source:=topic", "partial_interval_s:=0.0")
+    barge_proc = start_asr(
+        node_process, unique_ns, "audio_source:=topic", "partial_interval_s:=0.0"
+    )
     gate_proc = start_asr(
-        node_process, unique_ns, "audio_source:=topic", "partial_interval_s:=0.0",
-        "echo_mode:=gate", "-r", "__node:=asr_gate", "-r", "asr/voice_activity:=gate/voice_activity",
-        "-r", "asr/transcript:=gate/transcript",
-    )  # fmt: skip
+        node_process,
+        unique_ns,
+        "audio_source:=topic",
+        "partial_interval_s:=0.0",
+        "echo_mode:=gate",
+        remaps=(
+            "__node:=asr_gate",
+            "asr/voice_activity:=gate/voice_activity",
+            "asr/transcript:=gate/transcript",
+        ),
+    )
     with ros_node("asr_probe") as (node, ex):
         seen: dict[str, list] = {"barge": [], "gate": []}
         for key, prefix in (("barge", "asr"), ("gate", "gate")):
@@ -134,8 +150,12 @@ def test_echo_modes_barge_in_and_gate(node_process, unique_ns, speech_wav):  # n
                 )
         status: dict[str, str] = {}
         for name in ("asr_node", "asr_gate"):
-            node.create_subscription(String, f"{unique_ns}/{name}/status",
-                                     lambda m, n=name: status.update({n: m.data}), qos.LATCHED)  # fmt: skip
+            node.create_subscription(
+                String,
+                f"{unique_ns}/{name}/status",
+                lambda m, n=name: status.update({n: m.data}),
+                qos.LATCHED,
+            )
         tts_state = node.create_publisher(TtsState, f"{unique_ns}/tts/state", qos.LATCHED)
         pub = node.create_publisher(AudioChunk, f"{unique_ns}/audio/input", qos.AUDIO)
         spin_until(ex, lambda: len(status) == 2, 60, f"both ASR nodes: {status}")
@@ -160,13 +180,20 @@ def test_echo_modes_barge_in_and_gate(node_process, unique_ns, speech_wav):  # n
         spin_until(ex, lambda: len(finals("barge")) == 1, 30, "the barge-in utterance")
         tts_state.publish(TtsState(speaking=False, turn_id="r1"))
         stream(split, len(pcm), speed=1.0)
-        spin_until(ex, lambda: len(finals("barge")) == 2 and len(finals("gate")) == 1, 30,
-                   f"the second utterance: {seen}")  # fmt: skip
+        spin_until(
+            ex,
+            lambda: len(finals("barge")) == 2 and len(finals("gate")) == 1,
+            30,
+            f"the second utterance: {seen}",
+        )
 
     barge_va = [m for m in seen["barge"] if isinstance(m, VoiceActivity)]
     assert [(m.speaking, m.barge_in) for m in barge_va] == [
-        (True, True), (False, True), (True, False), (False, False)
-    ]  # fmt: skip
+        (True, True),
+        (False, True),
+        (True, False),
+        (False, False),
+    ]
     assert wer(speech_wav.texts[0], finals("barge")[0].text) <= 0.1
     gate_va = [m for m in seen["gate"] if isinstance(m, VoiceActivity)]
     assert [(m.speaking, m.barge_in) for m in gate_va] == [(True, False), (False, False)]

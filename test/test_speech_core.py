@@ -149,7 +149,11 @@ def test_device_selection_by_name_index_and_default():
 
 
 def test_sentences_and_spoken_prefix():
-    assert split_sentences("Hello there. Let me check! Ok") == ["Hello there.", "Let me check!", "Ok"]
+    assert split_sentences("Hello there. Let me check! Ok") == [
+        "Hello there.",
+        "Let me check!",
+        "Ok",
+    ]
     assert spoken_prefix("one two three four", 0.5) == "one two"
     assert spoken_prefix("one two three four", 0.0) == ""
     assert spoken_prefix("one two three four", 1.0) == "one two three four"

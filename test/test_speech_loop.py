@@ -19,10 +19,18 @@ SENTENCE = "Hello there, let me check the back room for you."
 @pytest.mark.slow
 def test_tts_to_asr_through_pulseaudio(node_process, unique_ns, pulse):  # noqa: F811
     ros = ["--ros-args", "-r", f"__ns:={unique_ns}"]
-    tts = node_process("-m", "bolt_agent.nodes.tts_node", *ros,
-                       env=pulse.env(sink="robot_speaker"), name="tts")  # fmt: skip
-    asr = node_process("-m", "bolt_agent.nodes.asr_node", *ros, "-p", "echo_mode:=off",
-                       env=pulse.env(source="robot_speaker.monitor"), name="asr")  # fmt: skip
+    tts = node_process(
+        "-m", "bolt_agent.nodes.tts_node", *ros, env=pulse.env(sink="robot_speaker"), name="tts"
+    )
+    asr = node_process(
+        "-m",
+        "bolt_agent.nodes.asr_node",
+        *ros,
+        "-p",
+        "echo_mode:=off",
+        env=pulse.env(source="robot_speaker.monitor"),
+        name="asr",
+    )
     with ros_node("loop_probe") as (node, ex):
         status: dict[str, dict] = {}
 

@@ -53,15 +53,25 @@ def test_barge_in_stops_device_playback_within_target(node_process, unique_ns, p
         state = Inbox(node, TtsState, f"{unique_ns}/tts/state", qos.LATCHED)
         metrics = Inbox(node, TurnMetrics, f"{unique_ns}/bolt/turn_metrics")
         say = node.create_publisher(SpokenText, f"{unique_ns}/speech/say", qos.RELIABLE)
-        barge = node.create_publisher(VoiceActivity, f"{unique_ns}/asr/voice_activity", qos.RELIABLE)
-        spin_until(ex, lambda: "open on device" in status_of(status).get("message", ""), 30,
-                   f"the output device to open: {status.items} / {proc.log()}")  # fmt: skip
+        barge = node.create_publisher(
+            VoiceActivity, f"{unique_ns}/asr/voice_activity", qos.RELIABLE
+        )
+        spin_until(
+            ex,
+            lambda: "open on device" in status_of(status).get("message", ""),
+            30,
+            f"the output device to open: {status.items} / {proc.log()}",
+        )
         wait_for_subscriber(ex, say)
         wait_for_subscriber(ex, barge)
         say.publish(SpokenText(turn_id="t1", seq=0, text=LONG, is_last_in_turn=True))
         first = "Hello there, let me check the back room for you."
-        spin_until(ex, lambda: any(s.spoken_text == first for s in state.items), 30,
-                   "the first sentence to be played")  # fmt: skip
+        spin_until(
+            ex,
+            lambda: any(s.spoken_text == first for s in state.items),
+            30,
+            "the first sentence to be played",
+        )
         barge.publish(VoiceActivity(utterance_id="u1", speaking=True, barge_in=True))
         spin_until(ex, lambda: state.last().interrupted, 5, "an interrupted state")
         final = state.last()
@@ -107,16 +117,24 @@ def test_headless_speak_action_teleop_and_stop(node_process, unique_ns):
         before = len(audio.items)
         long_goal = speak(LONG)
         # interrupt 1.2 s into the first sentence (2.7 s long), timed by the audio itself
-        spin_until(ex, lambda: sum(len(m.samples) for m in audio.items[before:]) >= 1.2 * 22050,
-                   20, "audio of the long goal")  # fmt: skip
+        spin_until(
+            ex,
+            lambda: sum(len(m.samples) for m in audio.items[before:]) >= 1.2 * 22050,
+            20,
+            "audio of the long goal",
+        )
         teleop.publish(String(data="Stop right there."))
         spin_until(ex, long_goal.done, 10, "the interrupted goal")
         cut = long_goal.result().result
         first = "Hello there, let me check the back room for you."
         assert not cut.completed and cut.spoken_text and first.startswith(cut.spoken_text)
         assert 2 <= len(cut.spoken_text.split()) < len(first.split())  # proportional to samples
-        spin_until(ex, lambda: state.last().turn_id.startswith("teleop") and state.last().speaking,
-                   20, "the teleop turn")  # fmt: skip
+        spin_until(
+            ex,
+            lambda: state.last().turn_id.startswith("teleop") and state.last().speaking,
+            20,
+            "the teleop turn",
+        )
         wait_for_subscriber(ex, stop)
         stop.publish(String(data=""))
         spin_until(ex, lambda: state.last().interrupted, 5, "tts/stop to interrupt teleop")
@@ -125,8 +143,9 @@ def test_headless_speak_action_teleop_and_stop(node_process, unique_ns):
 
 
 def test_missing_output_device_keeps_node_up_and_reports(node_process, unique_ns, pulse):  # noqa: F811
-    proc = start_tts(node_process, unique_ns, "device:=no_such_device", "retry_s:=0.5",
-                     env=pulse.env())  # fmt: skip
+    proc = start_tts(
+        node_process, unique_ns, "device:=no_such_device", "retry_s:=0.5", env=pulse.env()
+    )
     with ros_node("tts_probe") as (node, ex):
         status = Inbox(node, String, f"{unique_ns}/tts_node/status", qos.LATCHED)
         state = Inbox(node, TtsState, f"{unique_ns}/tts/state", qos.LATCHED)

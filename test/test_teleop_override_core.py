@@ -1,4 +1,4 @@
-"""Teleop override at core level: randomized interleavings, deterministic (the step is the clock)."""
+"""Teleop override, core level: randomized interleavings, deterministic (the step is the clock)."""
 
 from __future__ import annotations
 

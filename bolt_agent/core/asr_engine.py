@@ -95,7 +95,7 @@ class FasterWhisperEngine(AsrEngine):
             import ctranslate2
 
             return "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
-        except Exception:  # noqa: BLE001 - no CUDA runtime means CPU
+        except Exception:
             return "cpu"
 
     def load(self) -> None:

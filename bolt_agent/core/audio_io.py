@@ -123,7 +123,7 @@ def supported_rate(device: DeviceInfo, wanted: int, kind: Kind, channels: int = 
     try:
         check(device=device.index, samplerate=wanted, channels=channels, dtype="float32")
         return wanted
-    except Exception:  # noqa: BLE001 - PortAudio reports an unsupported rate as a generic error
+    except Exception:
         return int(device.default_samplerate)
 
 

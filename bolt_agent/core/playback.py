@@ -149,7 +149,9 @@ class Player:
             self._warm_frames = int(rate * (stream.latency + 0.1))
             stream.start()
         except Exception as exc:
-            raise DeviceError(f"cannot open output device {device.name!r} at {rate} Hz: {exc}") from exc
+            raise DeviceError(
+                f"cannot open output device {device.name!r} at {rate} Hz: {exc}"
+            ) from exc
         self._stream, self.device, self.device_rate = stream, device, rate
         OPEN_STREAMS.add(1)
         # Some back ends (PulseAudio through ALSA) hold a new stream for ~1.5 s before its clock

@@ -16,6 +16,11 @@ from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.action.server import ServerGoalHandle
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.node import Node
+
+try:  # Iron+
+    from rclpy.event_handler import SubscriptionEventCallbacks
+except ImportError:  # Humble
+    from rclpy.qos_event import SubscriptionEventCallbacks
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.task import Future
 from sensor_msgs.msg import JointState
@@ -35,8 +40,8 @@ _VOLATILE_RELIABLE = QoSProfile(
 
 
 class AnimationNode(Node):
-    def __init__(self) -> None:
-        super().__init__("animation_node")
+    def __init__(self, **node_kwargs) -> None:  # e.g. context=, parameter_overrides=
+        super().__init__("animation_node", **node_kwargs)
         p = {
             "animations_file": "",
             "rate_hz": 50.0,
@@ -70,10 +75,11 @@ class AnimationNode(Node):
         self.override_pub.publish(Bool(data=False))
 
         inputs = ReentrantCallbackGroup()
-        for profile in (qos.LATCHED, _VOLATILE_RELIABLE):
+        for profile in (qos.LATCHED, _VOLATILE_RELIABLE):  # one of the two always matches
             self.create_subscription(
-                Bool, "teleop/override", self._on_override, profile, callback_group=inputs
-            )
+                Bool, "teleop/override", self._on_override, profile, callback_group=inputs,
+                event_callbacks=SubscriptionEventCallbacks(incompatible_qos=lambda _e: None),
+            )  # fmt: skip
         self.create_subscription(
             JointState, "teleop/joint_command", self._on_teleop_joints, qos.RELIABLE,
             callback_group=inputs,

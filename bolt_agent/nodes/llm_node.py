@@ -4,13 +4,14 @@ Subscribes ``asr/transcript`` (finals), ``teleop/prompt``, ``perception/scene``,
 ``asr/voice_activity`` (barge-in), ``tts/state`` (what was really said), ``teleop/mute``,
 ``teleop/override``, ``llm/cancel``. Publishes ``speech/say`` (one SpokenText per sentence, as soon
 as it is complete, before the step's tool goals are sent), ``llm/thinking``, ``tts/stop``,
-``bolt/turn_metrics``. Serves ``llm/converse`` (Converse). A lifecycle node: configure loads the
-model.
+``bolt/turn_metrics``, ``llm/tool_events`` (JSON per finished tool call). Serves
+``llm/converse`` (Converse). A lifecycle node: configure loads the model.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import queue
 import threading
 import uuid
@@ -149,6 +150,7 @@ class LlmNode(LifecycleNode):
         self._say_pub = self.create_publisher(SpokenText, "speech/say", RELIABLE)
         self._think_pub = self.create_publisher(String, "llm/thinking", RELIABLE)
         self._stop_pub = self.create_publisher(String, "tts/stop", RELIABLE)
+        self._tool_pub = self.create_publisher(String, "llm/tool_events", RELIABLE)
         self._metrics = TurnMetricsPublisher(self, "llm")
         self.tools = ToolDispatcher(self, self.runner.registry, self.p("tool_server_wait_s"))
         subs = [
@@ -194,7 +196,7 @@ class LlmNode(LifecycleNode):
         self._entities = []
         self._converse.destroy()
         self.tools.destroy()
-        for pub in (self._say_pub, self._think_pub, self._stop_pub):
+        for pub in (self._say_pub, self._think_pub, self._stop_pub, self._tool_pub):
             self.destroy_publisher(pub)
         self._metrics.destroy()
         if self.engine is not None:
@@ -266,6 +268,24 @@ class LlmNode(LifecycleNode):
         self._stop_pub.publish(String(data=turn_id))
         if self.p("cancel_tools_on_cancel"):
             self.tools.cancel_turn(turn_id)
+
+    def tool_done(self, turn_id: str, name: str, arguments: dict, future: Future) -> None:
+        """Stamp and publish a finished tool call (``llm/tool_events``, JSON)."""
+        self._metrics.stamp(turn_id, "tool_done")
+        outcome = (
+            future.result() if not future.cancelled() else ToolResult(False, None, "cancelled")
+        )
+        event = {
+            "turn_id": turn_id,
+            "tool": name,
+            "arguments": arguments,
+            "ok": outcome.ok,
+            "result": outcome.result,
+            "error": outcome.error,
+        }
+        self._tool_pub.publish(String(data=json.dumps(event, default=str)))
+        log = self.get_logger().info if outcome.ok else self.get_logger().warning
+        log(f"tool {name} {json.dumps(arguments)} -> {outcome.error or outcome.result}")
 
     def _work(self) -> None:
         while self._active:
@@ -361,7 +381,7 @@ class _Sink:
             return f
         node._metrics.stamp(turn_id, "first_tool_goal", only_first=True)
         future = node.tools.dispatch(turn_id, name, arguments)
-        future.add_done_callback(lambda _f: node._metrics.stamp(turn_id, "tool_done"))
+        future.add_done_callback(lambda f: node.tool_done(turn_id, name, arguments, f))
         return future
 
     def on_turn_end(self, turn_id: str, seq: int, result: TurnResult) -> None:

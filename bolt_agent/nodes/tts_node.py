@@ -93,7 +93,9 @@ class TtsNode(LifecycleNode):
         p = {name: self.get_parameter(name).value for name in PARAMS}
         self.p = p
         if p["audio_sink"] not in ("device", "topic"):
-            self.get_logger().error(f"audio_sink must be 'device' or 'topic', not {p['audio_sink']!r}")
+            self.get_logger().error(
+                f"audio_sink must be 'device' or 'topic', not {p['audio_sink']!r}"
+            )
             return TransitionCallbackReturn.FAILURE
         try:
             model = resolve_model(p["model"], kind="tts")
@@ -233,13 +235,15 @@ class TtsNode(LifecycleNode):
         if goal.interrupt:
             self.stop_speaking("")
         turn = self.say(f"speak-{uuid.uuid4().hex[:8]}", goal.text, True)
-        total = max(1, len(split_sentences(goal.text)))
+        total, reported = max(1, len(split_sentences(goal.text))), -1
         while not turn.done.wait(0.05):
             if goal_handle.is_cancel_requested:
                 self.stop_speaking(turn.turn_id, reason="action cancelled")
                 goal_handle.canceled()
                 return Speak.Result(completed=False, spoken_text=" ".join(turn.spoken))
-            goal_handle.publish_feedback(Speak.Feedback(progress=len(turn.spoken) / total))
+            if len(turn.spoken) != reported:
+                reported = len(turn.spoken)
+                goal_handle.publish_feedback(Speak.Feedback(progress=reported / total))
         completed = not turn.interrupted and self._active
         (goal_handle.succeed if completed else goal_handle.abort)()
         return Speak.Result(completed=completed, spoken_text=" ".join(turn.spoken))
@@ -270,7 +274,11 @@ class TtsNode(LifecycleNode):
             with self._lock:
                 if item.gen != self._gen or self._engine is None:
                     continue
-            audio = self._engine.synthesize_sentence(item.text)
+            try:
+                audio = self._engine.synthesize_sentence(item.text)
+            except Exception as exc:  # one unsayable sentence must not end the speech thread
+                self.get_logger().error(f"synthesis failed for {item.text!r}: {exc!r}")
+                audio = np.zeros(0, dtype=np.int16)
             with self._lock:
                 if item.gen != self._gen:
                     continue

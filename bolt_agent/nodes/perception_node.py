@@ -1,0 +1,210 @@
+"""perception_node: camera frames → ``camera/image_raw`` and ``perception/scene``.
+
+A lifecycle node: ``on_configure`` loads the scene backend (classical | vlm; FAILURE with a clear
+log when it cannot run), ``on_activate`` starts capturing (OpenCV device index, video file or
+GStreamer pipeline; ``camera: topic`` subscribes ``camera/image_raw`` instead, for simulation).
+A missing camera is logged, reported on ``perception/scene`` (label ``camera_unavailable``) and
+retried; the node stays up. Logic: ``bolt_agent.core.perception`` / ``camera`` / ``image_conv``.
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from sensor_msgs.msg import Image, RegionOfInterest
+
+from bolt_agent.core.camera import CameraError, FrameSource
+from bolt_agent.core.image_conv import ImageEncodingError, from_image_fields, to_image_fields
+from bolt_agent.core.perception import (
+    BackendUnavailableError,
+    Box,
+    SceneDescription,
+    SceneMonitor,
+    make_perception_backend,
+)
+from bolt_agent.nodes import qos
+from bolt_agent.nodes.runtime import declare_autostart, main_for
+from bolt_agent_interfaces.msg import SceneDescription as SceneMsg
+
+PARAMS = {
+    "camera": "0",  # device index | video file | GStreamer pipeline | "topic"
+    "loop": False,  # replay a video file when it ends
+    "rate_hz": 10.0,  # capture (and camera/image_raw) rate
+    "width": 640,  # resize frames to width x height (0 = keep)
+    "height": 480,
+    "publish_image": True,
+    "frame_id": "camera",
+    "backend": "classical",  # classical | vlm
+    "check_rate_hz": 2.0,  # scene checks (immediate on motion start / light jump)
+    "publish_period_s": 5.0,  # heartbeat when nothing changed
+    "retry_period_s": 2.0,  # reopen a missing camera this often
+    "detect_width": 480,  # classical: detector input width
+    "use_hog": True,  # classical: HOG people detector besides the face cascade
+    "vlm_model": "",  # vlm: model/engine on the Jetson
+    "vlm_endpoint": "",  # vlm: runtime URL
+}
+
+
+class PerceptionNode(LifecycleNode):
+    def __init__(self, **node_kwargs) -> None:  # e.g. context=, parameter_overrides=
+        super().__init__("perception_node", **node_kwargs)
+        for name, default in PARAMS.items():
+            self.declare_parameter(name, default)
+        declare_autostart(self)
+        self.p: dict = {}
+        self.monitor: SceneMonitor | None = None
+        self.source: FrameSource | None = None
+        self.scene_pub = self.image_pub = self.timer = self.image_sub = None
+        self._next_try = 0.0
+        self._ended = False
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self.p = {name: self.get_parameter(name).value for name in PARAMS}
+        if self.p["backend"] == "vlm":
+            options = {"model": self.p["vlm_model"], "endpoint": self.p["vlm_endpoint"]}
+        else:
+            options = {"detect_width": self.p["detect_width"], "use_hog": self.p["use_hog"]}
+        try:
+            backend = make_perception_backend(self.p["backend"], **options)
+            backend.load()
+        except (BackendUnavailableError, TypeError) as exc:
+            self.get_logger().error(f"perception backend: {exc}")
+            return TransitionCallbackReturn.FAILURE
+        self.monitor = SceneMonitor(
+            backend, 1.0 / max(self.p["check_rate_hz"], 0.01), self.p["publish_period_s"]
+        )
+        self.scene_pub = self.create_publisher(SceneMsg, "perception/scene", qos.RELIABLE)
+        if self.p["camera"] != "topic" and self.p["publish_image"]:
+            self.image_pub = self.create_publisher(Image, "camera/image_raw", qos.SENSOR)
+        self.get_logger().info(f"backend {backend.name}, camera {self.p['camera']!r}")
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        if self.p["camera"] == "topic":
+            self.image_sub = self.create_subscription(
+                Image, "camera/image_raw", self._on_image, qos.SENSOR,
+                callback_group=MutuallyExclusiveCallbackGroup(),
+            )  # fmt: skip
+        else:
+            self.source, self._next_try, self._ended = (
+                FrameSource(self.p["camera"], self.p["loop"]),
+                0.0,
+                False,
+            )
+            self.timer = self.create_timer(
+                1.0 / self.p["rate_hz"], self._tick, callback_group=MutuallyExclusiveCallbackGroup()
+            )
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        if self.timer is not None:
+            self.destroy_timer(self.timer)
+            self.timer = None
+        if self.image_sub is not None:
+            self.destroy_subscription(self.image_sub)
+            self.image_sub = None
+        if self.source is not None:
+            self.source.close()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        for pub in (self.scene_pub, self.image_pub):
+            if pub is not None:
+                self.destroy_publisher(pub)
+        self.scene_pub = self.image_pub = self.monitor = None
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        if self.source is not None:
+            self.source.close()
+        return TransitionCallbackReturn.SUCCESS
+
+    # -- capture --------------------------------------------------------------------------------
+    def _now(self) -> float:
+        return self.get_clock().now().nanoseconds / 1e9
+
+    def _tick(self) -> None:
+        assert self.source is not None
+        if self._ended:
+            return
+        if not self.source.opened:
+            if self._now() < self._next_try:
+                return
+            try:
+                self.source.open()
+                self.get_logger().info(f"camera {self.p['camera']!r} opened")
+            except CameraError as exc:
+                self._next_try = self._now() + self.p["retry_period_s"]
+                msg = f"{exc}; retrying every {self.p['retry_period_s']:g} s"
+                self.get_logger().error(msg)
+                self._publish(
+                    SceneDescription(summary=f"I cannot see: {msg}.", labels=["camera_unavailable"])
+                )
+                return
+        frame = self.source.read()
+        if frame is None:
+            self.source.close()
+            if self.source.kind == "file":
+                self._ended = True
+                self.get_logger().info("end of the video file (set loop:=true to replay)")
+            else:
+                self.get_logger().error("camera stopped delivering frames; reopening")
+            return
+        self._process(frame, publish_image=True)
+
+    def _on_image(self, msg: Image) -> None:
+        try:
+            frame = from_image_fields(
+                msg.height, msg.width, msg.encoding, msg.step, msg.data, msg.is_bigendian
+            )
+        except ImageEncodingError as exc:
+            self.get_logger().error(f"camera/image_raw: {exc}", throttle_duration_sec=5.0)
+            return
+        if frame.ndim == 2:
+            frame = cv2.cvtColor(frame.astype(np.uint8), cv2.COLOR_GRAY2BGR)
+        self._process(frame, publish_image=False)
+
+    def _process(self, frame: np.ndarray, publish_image: bool) -> None:
+        w, h = self.p["width"], self.p["height"]
+        if w > 0 and h > 0 and frame.shape[:2] != (h, w):
+            frame = cv2.resize(frame, (w, h), interpolation=cv2.INTER_AREA)
+        stamp = self.get_clock().now().to_msg()
+        if publish_image and self.image_pub is not None:
+            img = Image(**to_image_fields(frame))
+            img.header.stamp, img.header.frame_id = stamp, self.p["frame_id"]
+            self.image_pub.publish(img)
+        assert self.monitor is not None
+        desc = self.monitor.push(frame, self._now())
+        if desc is not None:
+            self._publish(desc, stamp)
+
+    def _publish(self, desc: SceneDescription, stamp=None) -> None:
+        msg = SceneMsg(
+            summary=desc.summary,
+            people_count=desc.people_count,
+            people_boxes=[_roi(b) for b in desc.people_boxes],
+            motion_level=float(desc.motion_level),
+            brightness=float(desc.brightness),
+            labels=list(desc.labels),
+            changes=list(desc.changes),
+        )
+        msg.header.stamp = stamp or self.get_clock().now().to_msg()
+        msg.header.frame_id = self.p["frame_id"]
+        if self.scene_pub is not None:
+            self.scene_pub.publish(msg)
+
+
+def _roi(box: Box) -> RegionOfInterest:
+    x, y = max(0, box.x), max(0, box.y)
+    return RegionOfInterest(x_offset=x, y_offset=y, width=box.w, height=box.h)
+
+
+def main(args: list[str] | None = None) -> int:
+    return main_for(PerceptionNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,211 @@
+"""llm_node in its own process, over real DDS: spoken-first ordering, knobs, errors, barge-in."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from rclpy.action import ActionClient, ActionServer
+from rclpy.callback_groups import ReentrantCallbackGroup
+from std_msgs.msg import String
+
+from bolt_agent_interfaces.action import Converse, PlayAnimation
+from bolt_agent_interfaces.msg import SpokenText, TtsState, TurnMetrics, VoiceActivity
+from bolt_agent.nodes.qos import LATCHED, RELIABLE
+from ros_helpers import ros_node, spin_until, wait_for_subscriber
+
+BASE_PARAMS = {
+    "enable_thinking": "false",
+    "max_speech_chars": "40",
+    "max_new_tokens": "128",
+    "seed": "11",
+    "tool_server_wait_s": "1.0",
+}
+
+
+def start_llm(node_process, ns: str, **params):
+    args = ["-m", "bolt_agent.nodes.llm_node", "--ros-args", "-r", f"__ns:={ns}"]
+    for key, value in {**BASE_PARAMS, **params}.items():
+        args += ["-p", f"{key}:={value}"]
+    return node_process(*args, name="llm_node")
+
+
+class Recorder:
+    """Test-side node: SpokenText subscriber, PlayAnimation server, prompt publisher."""
+
+    def __init__(self, node, serve_animation: bool = True):
+        self.node = node
+        self.said: list[tuple[float, SpokenText]] = []
+        self.goals: list[tuple[float, PlayAnimation.Goal]] = []
+        self.tool_events: list[dict] = []
+        self.thinking: list[str] = []
+        self.metrics: list[TurnMetrics] = []
+        self.stops: list[str] = []
+        node.create_subscription(SpokenText, "speech/say", self._said, RELIABLE)
+        node.create_subscription(
+            String,
+            "llm/tool_events",
+            lambda m: self.tool_events.append(json.loads(m.data)),
+            RELIABLE,
+        )
+        node.create_subscription(
+            String, "llm/thinking", lambda m: self.thinking.append(m.data), RELIABLE
+        )
+        node.create_subscription(TurnMetrics, "bolt/turn_metrics", self.metrics.append, RELIABLE)
+        node.create_subscription(String, "tts/stop", lambda m: self.stops.append(m.data), RELIABLE)
+        self.prompt = node.create_publisher(String, "teleop/prompt", RELIABLE)
+        if serve_animation:
+            self.server = ActionServer(
+                node,
+                PlayAnimation,
+                "animation/play",
+                self._execute,
+                callback_group=ReentrantCallbackGroup(),
+            )
+
+    def _said(self, msg: SpokenText) -> None:
+        self.said.append((time.monotonic(), msg))
+
+    def _execute(self, goal_handle):
+        self.goals.append((time.monotonic(), goal_handle.request))
+        goal_handle.succeed()
+        return PlayAnimation.Result(success=True, message="played")
+
+    def turn_over(self, turn_id: str) -> bool:
+        return any(m.turn_id == turn_id and m.is_last_in_turn for _, m in self.said)
+
+    def spoken(self, turn_id: str) -> list[tuple[float, SpokenText]]:
+        return [(t, m) for t, m in self.said if m.turn_id == turn_id and m.text]
+
+
+def test_speech_reaches_subscribers_before_every_tool_goal(node_process, unique_ns):
+    llm = start_llm(node_process, unique_ns, tool_choice="required", max_steps="1")
+    with ros_node("recorder", unique_ns) as (node, executor):
+        rec = Recorder(node)
+        wait_for_subscriber(executor, rec.prompt, timeout=60)
+        turns = 20
+        for i in range(1, turns + 1):
+            rec.prompt.publish(String(data=f"Please look around, request {i}."))
+            spin_until(
+                executor,
+                lambda i=i: rec.turn_over(f"teleop-{i}"),
+                60,
+                f"turn {i} to end\n{llm.log()[-2000:]}",
+            )
+        for i in range(1, turns + 1):
+            turn = f"teleop-{i}"
+            goals = [(t, g) for t, g in rec.goals if g.turn_id == turn]
+            assert len(goals) == 1, (turn, goals, rec.spoken(turn))
+            spoken = rec.spoken(turn)
+            assert spoken, f"{turn}: no speech"
+            assert spoken[0][0] < goals[0][0], f"{turn}: goal arrived before the speech"
+            assert goals[0][1].source == "llm"
+            assert goals[0][1].name in {"curious_tilt", "happy_nod", "scan_room", "wave_antenna"}
+        done = [e for e in rec.tool_events if e["ok"]]
+        assert len(done) == turns
+    assert llm.alive()
+
+
+def test_converse_knobs_thinking_budget_and_second_step(node_process, unique_ns):
+    start_llm(node_process, unique_ns, tool_choice="required", max_steps="2")
+    with ros_node("converser", unique_ns) as (node, executor):
+        rec = Recorder(node)
+        client = ActionClient(node, Converse, "llm/converse")
+        spin_until(executor, lambda: client.server_is_ready(), 60, "llm/converse")
+        feedback = []
+        goal = Converse.Goal(
+            prompt="Nod if you can hear me.",
+            enable_thinking=True,
+            thinking_token_budget=16,
+            conversational_mode=True,
+        )
+        send = client.send_goal_async(
+            goal, feedback_callback=lambda f: feedback.append(f.feedback.spoken_delta)
+        )
+        spin_until(executor, send.done, 30, "goal acceptance")
+        result_future = send.result().get_result_async()
+        spin_until(executor, result_future.done, 90, "converse result")
+        result = result_future.result().result
+        assert 0 < result.thinking_tokens <= 16
+        assert len(result.tool_calls) == 1 and result.tool_calls[0].startswith(
+            "trigger_reachy_animation "
+        )
+        assert "".join(feedback).strip() and result.spoken_text
+        turn_id = rec.goals[0][1].turn_id
+        spin_until(executor, lambda: rec.turn_over(turn_id), 10, "end of turn marker")
+        goal_time = rec.goals[0][0]
+        assert any(t > goal_time for t, _ in rec.spoken(turn_id)), "no second step after the tool"
+        spoken = " ".join(m.text for _, m in rec.spoken(turn_id))
+        thinking = "".join(rec.thinking)
+        assert thinking.strip() and thinking.strip() not in spoken
+        assert "<|channel>" not in spoken
+        llm_metrics = [m for m in rec.metrics if m.turn_id == turn_id and m.source == "llm"]
+        spin_until(executor, lambda: any(m.turn_id == turn_id for m in rec.metrics), 10, "metrics")
+        llm_metrics = [m for m in rec.metrics if m.turn_id == turn_id]
+        m = llm_metrics[0]
+        assert m.thinking_tokens == result.thinking_tokens
+        stamps = [m.llm_first_token, m.first_speech, m.first_tool_goal, m.turn_end]
+        assert all(s.sec > 0 for s in stamps)
+
+
+def test_dead_action_server_becomes_a_tool_error_and_the_turn_goes_on(node_process, unique_ns):
+    llm = start_llm(node_process, unique_ns, tool_choice="required", max_steps="2")
+    with ros_node("no_server", unique_ns) as (node, executor):
+        rec = Recorder(node, serve_animation=False)
+        wait_for_subscriber(executor, rec.prompt, timeout=60)
+        rec.prompt.publish(String(data="Wave at me."))
+        spin_until(executor, lambda: rec.turn_over("teleop-1"), 60, "turn end")
+        spin_until(executor, lambda: rec.tool_events, 10, "tool event")
+        event = rec.tool_events[0]
+        assert not event["ok"] and "not available" in event["error"]
+        assert "not available" in llm.log()
+        assert llm.alive()
+
+
+def test_barge_in_cancels_generation_and_stops_speech(node_process, unique_ns):
+    start_llm(
+        node_process,
+        unique_ns,
+        tool_choice="none",
+        max_speech_chars="400",
+        max_new_tokens="200",
+        max_steps="1",
+    )
+    with ros_node("barger", unique_ns) as (node, executor):
+        rec = Recorder(node)
+        vad = node.create_publisher(VoiceActivity, "asr/voice_activity", RELIABLE)
+        tts_state = node.create_publisher(TtsState, "tts/state", LATCHED)
+        wait_for_subscriber(executor, rec.prompt, timeout=60)
+        wait_for_subscriber(executor, vad)
+        rec.prompt.publish(String(data="Tell me a very long story about the sea."))
+        spin_until(executor, lambda: rec.spoken("teleop-1"), 60, "first sentence")
+        vad.publish(VoiceActivity(utterance_id="u2", speaking=True, barge_in=True))
+        spin_until(executor, lambda: "teleop-1" in rec.stops, 10, "tts/stop for the turn")
+        spin_until(
+            executor,
+            lambda: any(m.turn_id == "teleop-1" for m in rec.metrics),
+            10,
+            "turn metrics of the cancelled turn",
+        )
+        assert not rec.turn_over("teleop-1")  # a cancelled turn sends no end marker
+        said = rec.spoken("teleop-1")[0][1].text
+        tts_state.publish(TtsState(turn_id="teleop-1", spoken_text=said, interrupted=True))
+        # the node keeps working after the interruption
+        rec.prompt.publish(String(data="Are you still there?"))
+        spin_until(executor, lambda: rec.turn_over("teleop-2"), 60, "next turn")
+
+
+def test_missing_model_leaves_the_node_alive_and_unconfigured(node_process, unique_ns):
+    llm = start_llm(node_process, unique_ns, model="/nonexistent/model.gguf")
+    deadline = time.monotonic() + 30
+    while "configure failed" not in llm.log() and time.monotonic() < deadline:
+        time.sleep(0.1)  # polling a log file: there is no event to wait on
+    log = llm.log()
+    assert "configure failed" in log and "/nonexistent/model.gguf" in log
+    assert llm.alive()
+
+
+@pytest.fixture(autouse=True)
+def _limit_threads(monkeypatch):
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
