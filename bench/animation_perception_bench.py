@@ -4,11 +4,12 @@
     python bench/animation_perception_bench.py [--seconds 5] [--out bench.json]
 
 Control loop: a real ``animation_node`` (sim backend, idle breathing looping so commands flow
-continuously) spun by the runtime's MultiThreadedExecutor; the period is measured from the
-node's own command stamps (taken at the start of each tick) and the delivery latency from a
-subscriber in the same process. Perception: the classical backend on 640x480 frames (the test
-scenario video upscaled, plus the astronaut): per-frame ``observe`` (motion), full ``describe``
-(faces + HOG people + colours + changes), and the paced ``SceneMonitor.push`` at 10 fps.
+continuously; its own control thread, a MultiThreadedExecutor for its callbacks); the period is
+measured from the node's command stamps (taken at the start of each tick) and the delivery
+latency from a subscriber in the same process. Perception: the classical backend on 640x480
+frames (the test scenario video upscaled, plus the astronaut): per-frame ``observe`` (motion),
+full ``describe`` (faces + HOG people + colours + changes), and the paced ``SceneMonitor.push``
+at 10 fps.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def bench_control_loop(rate_hz: float, seconds: float) -> dict:
     while time.monotonic() < deadline:
         time.sleep(0.1)  # the benchmark's measuring window
     executor.shutdown()
+    spinner.join(timeout=5.0)
     node.destroy_node()
     probe.destroy_node()
     rclpy.shutdown(context=context)

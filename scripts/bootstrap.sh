@@ -43,7 +43,7 @@ req_hash="$(hash_of requirements/requirements.lock)"
 if ! stamp_ok requirements "$req_hash"; then
   log "installing requirements.lock (first run compiles llama-cpp-python: several minutes)"
   CMAKE_ARGS="${BOLT_LLAMA_CMAKE_ARGS:--DGGML_NATIVE=ON -DLLAMA_CURL=OFF}" \
-    "$VENV/bin/pip" install -q -r requirements/requirements.lock
+    "$VENV/bin/pip" install -q -r requirements/requirements.lock 2> >(grep -v "is ignored: it is neither" >&2)
   stamp_set requirements "$req_hash"
 fi
 

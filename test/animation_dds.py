@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from rclpy.action import ActionClient
 from rclpy.event_handler import PublisherEventCallbacks
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from ros_helpers import spin_until
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, String
 
 from bolt_agent_interfaces.action import PlayAnimation
+from ros_helpers import spin_until
 
 RELIABLE = QoSProfile(depth=500, reliability=ReliabilityPolicy.RELIABLE)
 LATCHED = QoSProfile(

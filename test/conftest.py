@@ -16,6 +16,7 @@ os.environ.setdefault(
 from pathlib import Path
 
 import pytest
+
 from ros_helpers import NodeProcess
 
 

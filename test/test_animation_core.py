@@ -19,6 +19,7 @@ from bolt_agent.core.animation import (
 )
 from bolt_agent.core.animation_control import AnimationController
 from bolt_agent.core.paths import config_dir
+from bolt_agent.core.robot_backend import RobotUnavailableError, SimRobot, make_backend
 
 REQUIRED = ("curious_tilt", "happy_nod", "scan_room", "wave_antenna", "breathing")
 
@@ -204,3 +205,14 @@ def test_limits_never_exceeded(lib, frames, speed, interp, rate):
         math.isclose(a, rlib.limits[j].clamp(b), abs_tol=1e-6)
         for j, a, b in zip(JOINTS, cmds[-1].positions, want, strict=True)
     )
+
+
+def test_robot_backends():
+    sim = make_backend("sim")
+    assert isinstance(sim, SimRobot) and sim.read_state() == (0.0,) * len(JOINTS)
+    sim.send([0.1] * len(JOINTS))
+    assert sim.read_state() == (0.1,) * len(JOINTS)
+    with pytest.raises(RobotUnavailableError, match="pip install reachy-mini"):
+        make_backend("reachy_mini").load()  # the SDK is not installed here
+    with pytest.raises(RobotUnavailableError, match="unknown robot backend"):
+        make_backend("nao")

@@ -10,9 +10,9 @@ from rclpy.action import ActionClient, ActionServer
 from rclpy.callback_groups import ReentrantCallbackGroup
 from std_msgs.msg import String
 
+from bolt_agent.nodes.qos import LATCHED, RELIABLE
 from bolt_agent_interfaces.action import Converse, PlayAnimation
 from bolt_agent_interfaces.msg import SpokenText, TtsState, TurnMetrics, VoiceActivity
-from bolt_agent.nodes.qos import LATCHED, RELIABLE
 from ros_helpers import ros_node, spin_until, wait_for_subscriber
 
 BASE_PARAMS = {

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from audio_fixtures import speech_wav  # noqa: F401 - fixture
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from audio_fixtures import speech_wav  # noqa: F401 - fixture
 from bolt_agent.core.asr_engine import combine_segments
 from bolt_agent.core.audio_io import (
     DeviceInfo,
@@ -194,3 +194,17 @@ def test_paced_sink_plays_in_real_time_and_stops_at_once():
         assert 1600 <= played < 16000 * 5 and not sink.done("b")
     finally:
         sink.close()
+
+
+@pytest.mark.slow
+def test_whisper_auto_device_falls_back_to_cpu_and_silence_gives_nothing(monkeypatch):
+    from bolt_agent.core.asr_engine import FasterWhisperEngine
+    from bolt_agent.core.models import resolve_model
+
+    monkeypatch.setattr(FasterWhisperEngine, "pick_device", staticmethod(lambda _d: "cuda"))
+    engine = FasterWhisperEngine(resolve_model("", kind="asr"), device="auto")
+    engine.load()
+    # where CUDA really works it is used; elsewhere 'auto' falls back to int8 on the CPU
+    assert (engine.device, bool(engine.fallback_reason)) in {("cpu", True), ("cuda", False)}
+    quiet = np.random.default_rng(1).normal(0, 0.01, 16000 * 2).astype(np.float32)
+    assert engine.transcribe(quiet) is None

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from audio_fixtures import pulse, wer  # noqa: F401 - fixture
-from ros_helpers import ros_node, spin_until, wait_for_subscriber
 from std_msgs.msg import String
 
+from audio_fixtures import pulse, wer  # noqa: F401 - fixture
 from bolt_agent.nodes import qos
 from bolt_agent_interfaces.msg import SpokenText, Transcript, TtsState, TurnMetrics
+from ros_helpers import ros_node, spin_until, wait_for_subscriber
 
 SENTENCE = "Hello there, let me check the back room for you."
 

@@ -46,6 +46,7 @@ class StepResult:
     command: Command | None = None
     progress: dict[str, float] = field(default_factory=dict)
     finished: list[Outcome] = field(default_factory=list)
+    started: list[str] = field(default_factory=list)  # goals whose motion began this step
 
 
 @dataclass
@@ -192,6 +193,7 @@ class AnimationController:
                 self._active = motion = None
             if motion is not None:
                 if motion.trajectory is None:
+                    result.started.append(motion.goal_id)
                     motion.trajectory = Trajectory(
                         self.lib.animations[motion.name], self.pose, self.lib.joints
                     )

@@ -86,6 +86,7 @@ class FasterWhisperEngine(AsrEngine):
         self.beam_size = beam_size
         self.no_speech_threshold, self.log_prob_threshold = no_speech_threshold, log_prob_threshold
         self._model: Any = None
+        self.fallback_reason = ""  # set when 'auto' found CUDA but could not use it
 
     @staticmethod
     def pick_device(device: str) -> str:
@@ -104,15 +105,26 @@ class FasterWhisperEngine(AsrEngine):
         if not (self.model_dir / "model.bin").exists():
             raise FileNotFoundError(f"whisper model file missing: {self.model_dir / 'model.bin'}")
         device = self.pick_device(self.device)
+        try:
+            self._model, compute_type = self._open(WhisperModel, device)
+        except (RuntimeError, ValueError) as exc:
+            if self.device != "auto" or device == "cpu":
+                raise
+            self.fallback_reason = f"CUDA unusable ({exc}); using the CPU"
+            device = "cpu"
+            self._model, compute_type = self._open(WhisperModel, device)
+        self.device, self.compute_type = device, compute_type
+
+    def _open(self, whisper_model: Any, device: str) -> tuple[Any, str]:
         compute_type = self.compute_type or ("float16" if device == "cuda" else "int8")
-        self._model = WhisperModel(
+        model = whisper_model(
             str(self.model_dir),
             device=device,
             compute_type=compute_type,
             cpu_threads=max(1, self.cpu_threads),
             local_files_only=True,
         )
-        self.device, self.compute_type = device, compute_type
+        return model, compute_type
 
     def transcribe(self, audio: np.ndarray, final: bool = True) -> AsrResult | None:
         if self._model is None:

@@ -109,7 +109,7 @@ class ClassicalBackend(PerceptionBackend):
 
     name = "classical"
 
-    def __init__(self, detect_width: int = 480, use_hog: bool = True, hog_min_weight: float = 1.0):
+    def __init__(self, detect_width: int = 320, use_hog: bool = True, hog_min_weight: float = 1.0):
         super().__init__()
         self.detect_width, self.use_hog, self.hog_min_weight = detect_width, use_hog, hog_min_weight
         self._faces: cv2.CascadeClassifier | None = None
@@ -132,10 +132,10 @@ class ClassicalBackend(PerceptionBackend):
         scale = min(1.0, self.detect_width / w)
         small = cv2.resize(frame, (round(w * scale), round(h * scale))) if scale < 1 else frame
         gray = cv2.equalizeHist(cv2.cvtColor(small, cv2.COLOR_BGR2GRAY))
-        faces = self._faces.detectMultiScale(gray, 1.1, 5, minSize=(24, 24))
+        faces = self._faces.detectMultiScale(gray, 1.15, 5, minSize=(24, 24))
         bodies = []
         if self._hog is not None:
-            rects, weights = self._hog.detectMultiScale(small, winStride=(8, 8), scale=1.05)
+            rects, weights = self._hog.detectMultiScale(small, winStride=(8, 8), scale=1.1)
             bodies = [
                 r
                 for r, wt in zip(rects, np.ravel(weights), strict=True)

@@ -1,20 +1,27 @@
 """animation_node: the ``animation/play`` action server, teleop override, joint commands.
 
-Logic lives in ``bolt_agent.core.animation.AnimationController``; this node wires it to ROS:
-a fixed-rate timer steps the controller and publishes ``robot/joint_commands`` (JointState,
-``header.frame_id`` = origin: llm | teleop | idle) and the robot's ``robot/joint_states``. Goal
-decisions and outcomes are logged and published as JSON on ``animation/events``; the override
-state is latched on ``teleop/override_state``.
+Logic lives in ``bolt_agent.core.animation_control.AnimationController``; this node wires it to
+ROS. A dedicated control thread (absolute schedule, no drift, independent of the executor) steps
+the controller and publishes ``robot/joint_commands`` (JointState, ``header.frame_id`` = origin:
+llm | teleop | idle) and the robot's ``robot/joint_states``. Goal decisions and outcomes are
+logged and published as JSON on ``animation/events``; the override state is latched on
+``teleop/override_state``.
+
+Goals: a goal's execute callback starts when its motion starts (queued goals stay ACCEPTED) and
+blocks an executor thread until the controller reports its outcome (needs the runtime's
+MultiThreadedExecutor; rclpy's coroutine callbacks would busy-poll instead).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
+from dataclasses import dataclass, field
 
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.action.server import ServerGoalHandle
-from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
+from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.node import Node
 
 try:  # Iron+
@@ -22,7 +29,6 @@ try:  # Iron+
 except ImportError:  # Humble
     from rclpy.qos_event import SubscriptionEventCallbacks
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from rclpy.task import Future
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, String
 
@@ -37,6 +43,14 @@ from bolt_agent_interfaces.action import PlayAnimation
 _VOLATILE_RELIABLE = QoSProfile(
     depth=10, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE
 )
+
+
+@dataclass
+class _Goal:
+    handle: ServerGoalHandle
+    done: threading.Event = field(default_factory=threading.Event)
+    outcome: Outcome | None = None
+    executing: bool = False
 
 
 class AnimationNode(Node):
@@ -65,7 +79,7 @@ class AnimationNode(Node):
         self.backend.load()
         self._feedback_every = max(1, round(p["rate_hz"] / max(p["feedback_rate_hz"], 0.1)))
         self._ticks = 0
-        self._goals: dict[str, tuple[ServerGoalHandle, Future]] = {}
+        self._goals: dict[str, _Goal] = {}
         self._goals_lock = threading.Lock()
 
         self.cmd_pub = self.create_publisher(JointState, "robot/joint_commands", qos.RELIABLE)
@@ -98,15 +112,31 @@ class AnimationNode(Node):
             cancel_callback=self._on_cancel,
             callback_group=inputs,
         )
-        self.timer = self.create_timer(
-            1.0 / p["rate_hz"], self._tick, callback_group=MutuallyExclusiveCallbackGroup()
-        )
+        self._period = 1.0 / p["rate_hz"]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._control_loop, name="animation_control")
+        self._thread.start()
         self.get_logger().info(
             f"animations: {', '.join(sorted(library.animations))}; {p['rate_hz']:.0f} Hz, "
             f"policy={p['policy']}, backend={p['backend']}, idle={p['idle_animation'] or 'off'}"
         )
 
     # -- control loop ---------------------------------------------------------------------------
+    def _control_loop(self) -> None:
+        next_t = time.monotonic()
+        while not self._stop.is_set() and self.context.ok():
+            try:
+                self._tick()
+            except Exception as exc:  # never let the loop die silently; stop on shutdown
+                if not self.context.ok():
+                    return
+                self.get_logger().error(f"control step failed: {exc!r}", throttle_duration_sec=1.0)
+            next_t += self._period
+            delay = next_t - time.monotonic()
+            if delay < -self._period:  # overran by more than a period: resync, do not burst
+                next_t, delay = time.monotonic(), 0.0
+            self._stop.wait(max(0.0, delay))
+
     def _tick(self) -> None:
         stamp = self.get_clock().now().to_msg()  # taken before the step: see docs (override)
         result = self.controller.step()
@@ -115,12 +145,14 @@ class AnimationNode(Node):
             self.backend.send(cmd.positions)
             self.cmd_pub.publish(self._joint_state(cmd.positions, stamp, cmd.origin))
         self.state_pub.publish(self._joint_state(self.backend.read_state(), stamp, ""))
+        for goal_id in result.started:
+            self._start_execute(goal_id)
         self._ticks += 1
         if self._ticks % self._feedback_every == 0:
             for goal_id, progress in result.progress.items():
-                entry = self._goals.get(goal_id)
-                if entry is not None and progress < 1.0:
-                    entry[0].publish_feedback(PlayAnimation.Feedback(progress=float(progress)))
+                goal = self._goals.get(goal_id)
+                if goal is not None and goal.executing and progress < 1.0:
+                    goal.handle.publish_feedback(PlayAnimation.Feedback(progress=float(progress)))
         for outcome in result.finished:
             self._complete(outcome)
 
@@ -132,12 +164,23 @@ class AnimationNode(Node):
         msg.header.frame_id = origin
         return msg
 
-    def _complete(self, outcome: Outcome) -> None:
+    def _start_execute(self, goal_id: str) -> None:
+        """ACCEPTED → EXECUTING when its motion starts, or when it ends without ever starting."""
         with self._goals_lock:
-            entry = self._goals.pop(outcome.goal_id, None)
+            goal = self._goals.get(goal_id)
+            if goal is None or goal.executing:
+                return
+            goal.executing = True
+        goal.handle.execute()
+
+    def _complete(self, outcome: Outcome) -> None:
         self._event(outcome.status, goal=outcome.goal_id[:8], reason=outcome.message)
-        if entry is not None and not entry[1].done():
-            entry[1].set_result(outcome)
+        with self._goals_lock:
+            goal = self._goals.get(outcome.goal_id)
+        if goal is not None:
+            goal.outcome = outcome
+            goal.done.set()
+            self._start_execute(outcome.goal_id)
 
     # -- action server --------------------------------------------------------------------------
     def _on_goal(self, goal: PlayAnimation.Goal) -> GoalResponse:
@@ -151,30 +194,33 @@ class AnimationNode(Node):
         return GoalResponse.ACCEPT
 
     def _on_accepted(self, handle: ServerGoalHandle) -> None:
-        goal, goal_id = handle.request, bytes(handle.goal_id.uuid).hex()
-        future = Future()
-        with self._goals_lock:
-            self._goals[goal_id] = (handle, future)
-        decision = self.controller.submit(goal_id, goal.name, goal.speed, goal.source)
-        if decision.accepted:
-            self._event("accepted", goal=goal_id[:8], name=goal.name, source=goal.source or "llm")
-        else:  # the state changed since goal_callback (e.g. override switched on): abort it
-            self._complete(Outcome(goal_id, "aborted", decision.reason))
-        handle.execute()
-
-    def _on_cancel(self, handle: ServerGoalHandle) -> CancelResponse:
-        # Stop now (the next control period emits nothing for it), then let execute finish it.
-        return (
-            CancelResponse.ACCEPT
-            if self.controller.cancel(bytes(handle.goal_id.uuid).hex())
-            else CancelResponse.REJECT
-        )
-
-    async def _execute(self, handle: ServerGoalHandle) -> PlayAnimation.Result:
         goal_id = bytes(handle.goal_id.uuid).hex()
         with self._goals_lock:
-            entry = self._goals.get(goal_id)
-        outcome: Outcome = (await entry[1]) if entry else Outcome(goal_id, "aborted", "lost goal")
+            self._goals[goal_id] = _Goal(handle)
+        request = handle.request
+        decision = self.controller.submit(goal_id, request.name, request.speed, request.source)
+        if decision.accepted:
+            self._event(
+                "accepted", goal=goal_id[:8], name=request.name, source=request.source or "llm"
+            )
+        else:  # the state changed since goal_callback (e.g. override switched on): abort it
+            self._complete(Outcome(goal_id, "aborted", decision.reason))
+
+    def _on_cancel(self, handle: ServerGoalHandle) -> CancelResponse:
+        # Stop now: the next control period emits nothing for it; execute then finishes it.
+        canceled = self.controller.cancel(bytes(handle.goal_id.uuid).hex())
+        return CancelResponse.ACCEPT if canceled else CancelResponse.REJECT
+
+    def _execute(self, handle: ServerGoalHandle) -> PlayAnimation.Result:
+        goal_id = bytes(handle.goal_id.uuid).hex()
+        with self._goals_lock:
+            goal = self._goals[goal_id]
+        while not goal.done.wait(0.1):  # one executor thread per *running* goal
+            if not self.context.ok():
+                break
+        with self._goals_lock:
+            self._goals.pop(goal_id, None)
+        outcome = goal.outcome or Outcome(goal_id, "aborted", "node shutting down")
         if outcome.status == "succeeded":
             handle.succeed()
         elif outcome.status == "canceled" and handle.is_cancel_requested:
@@ -216,6 +262,9 @@ class AnimationNode(Node):
         self.events_pub.publish(String(data=json.dumps({"event": event, **fields})))
 
     def destroy_node(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=2.0)
         self.backend.close()
         super().destroy_node()
 

@@ -70,7 +70,7 @@ PARAMS = {
     "echo_tail_ms": 300,  # gate: keep ignoring the mic this long after the robot stops
     "retry_s": 3.0,  # retry period while the input device is missing or busy
 }
-_BACKLOG = 4  # queued blocks above which partials are skipped to catch up
+_BACKLOG_S = 0.5  # queued audio above which partials are skipped to catch up
 
 
 class AsrNode(LifecycleNode):
@@ -83,6 +83,8 @@ class AsrNode(LifecycleNode):
             else:
                 self.declare_parameter(name, default)
         self._q: queue.Queue[tuple[np.ndarray, int] | None] = queue.Queue()
+        self._queued = 0  # samples waiting in _q
+        self._queued_lock = threading.Lock()
         self._engine: AsrEngine | None = None
         self._mic: MicCapture | None = None
         self._worker: threading.Thread | None = None
@@ -118,6 +120,11 @@ class AsrNode(LifecycleNode):
         except (ModelNotFoundError, FileNotFoundError) as exc:
             self.get_logger().error(f"ASR model missing: {exc}")
             return TransitionCallbackReturn.FAILURE
+        except (RuntimeError, ValueError) as exc:  # unreadable model, bad compute type/device
+            self.get_logger().error(f"ASR model could not be loaded: {exc}")
+            return TransitionCallbackReturn.FAILURE
+        if engine.fallback_reason:
+            self.get_logger().warning(engine.fallback_reason)
         self._engine = engine
         self._vad_config = VadConfig(
             threshold=p["vad_threshold"],
@@ -215,7 +222,7 @@ class AsrNode(LifecycleNode):
 
     def _on_mic(self, chunk: np.ndarray, _t: float) -> None:
         end_ns = self.get_clock().now().nanoseconds
-        self._q.put((chunk, end_ns - len(chunk) * 1_000_000_000 // SAMPLE_RATE))
+        self._enqueue(chunk, end_ns - len(chunk) * 1_000_000_000 // SAMPLE_RATE)
 
     def _on_audio_msg(self, msg: AudioChunk) -> None:
         x = to_mono(int16_to_float(np.asarray(msg.samples, dtype=np.int16)), msg.channels)
@@ -224,7 +231,12 @@ class AsrNode(LifecycleNode):
             resampler = self._resamplers.setdefault(rate, StreamResampler(rate, SAMPLE_RATE))
             x = resampler.process(x)
         stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
-        self._q.put((x, stamp or self.get_clock().now().nanoseconds))
+        self._enqueue(x, stamp or self.get_clock().now().nanoseconds)
+
+    def _enqueue(self, chunk: np.ndarray, stamp_ns: int) -> None:
+        with self._queued_lock:
+            self._queued += len(chunk)
+        self._q.put((chunk, stamp_ns))
 
     def _on_tts(self, msg: TtsState) -> None:
         if self._tts_speaking and not msg.speaking:
@@ -235,6 +247,8 @@ class AsrNode(LifecycleNode):
     def _work(self) -> None:
         while (item := self._q.get()) is not None:
             chunk, stamp_ns = item
+            with self._queued_lock:
+                self._queued -= len(chunk)
             try:
                 self._process(chunk, stamp_ns)
             except Exception as exc:  # keep listening; one bad block must not end the node
@@ -271,7 +285,7 @@ class AsrNode(LifecycleNode):
             seg.in_speech
             and interval > 0
             and seg.offset - self._last_partial >= interval
-            and self._q.qsize() < _BACKLOG
+            and self._queued < _BACKLOG_S * SAMPLE_RATE
         ):
             self._last_partial = seg.offset
             result = self._engine.transcribe(seg.current_audio(), final=False)

@@ -40,7 +40,7 @@ PARAMS = {
     "check_rate_hz": 2.0,  # scene checks (immediate on motion start / light jump)
     "publish_period_s": 5.0,  # heartbeat when nothing changed
     "retry_period_s": 2.0,  # reopen a missing camera this often
-    "detect_width": 480,  # classical: detector input width
+    "detect_width": 320,  # classical: detector input width
     "use_hog": True,  # classical: HOG people detector besides the face cascade
     "vlm_model": "",  # vlm: model/engine on the Jetson
     "vlm_endpoint": "",  # vlm: runtime URL

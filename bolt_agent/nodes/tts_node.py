@@ -106,6 +106,9 @@ class TtsNode(LifecycleNode):
         except (ModelNotFoundError, FileNotFoundError) as exc:
             self.get_logger().error(f"TTS model missing: {exc}")
             return TransitionCallbackReturn.FAILURE
+        except Exception as exc:  # onnxruntime/JSON errors: a broken voice file
+            self.get_logger().error(f"TTS voice could not be loaded: {exc!r}")
+            return TransitionCallbackReturn.FAILURE
         self._engine = engine
         self._state_pub = self.create_publisher(TtsState, "tts/state", qos.LATCHED)
         self._metrics_pub = self.create_publisher(TurnMetrics, "bolt/turn_metrics", qos.RELIABLE)
