@@ -26,8 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-os.environ.setdefault("ROS_DOMAIN_ID", str(random.SystemRandom().randint(150, 200)))
+# a private DDS domain and namespace: other stacks on this machine must not mix in
+os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+os.environ["ROS_DOMAIN_ID"] = str(random.SystemRandom().randint(150, 200))
+NS = f"/bench_{os.getpid()}"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test"))  # the scenario generator
 
 
@@ -55,7 +57,7 @@ def bench_control_loop(rate_hz: float, seconds: float) -> dict:
     context = Context()
     rclpy.init(context=context)
     overrides = [Parameter("rate_hz", value=rate_hz), Parameter("idle_after_s", value=0.0)]
-    node = AnimationNode(context=context, parameter_overrides=overrides)
+    node = AnimationNode(context=context, parameter_overrides=overrides, namespace=NS)
     probe = rclpy.create_node("bench_probe", context=context)
     stamps, latencies = [], []
 
@@ -65,7 +67,7 @@ def bench_control_loop(rate_hz: float, seconds: float) -> dict:
         stamps.append(t)
         latencies.append(now - t)
 
-    probe.create_subscription(JointState, "robot/joint_commands", on_cmd, qos.RELIABLE)
+    probe.create_subscription(JointState, f"{NS}/robot/joint_commands", on_cmd, qos.RELIABLE)
     executor = MultiThreadedExecutor(num_threads=4, context=context)
     executor.add_node(node)
     executor.add_node(probe)

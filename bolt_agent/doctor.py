@@ -146,3 +146,10 @@ def run_doctor(profile: str = "reachy_mini", llm: str = "") -> int:
     if not report.problems:
         console.print(f"[green]ready for profile {profile!r}")
     return 1 if report.problems else 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("doctor", help="check Python, ROS 2, models, audio, cameras, memory")
+    p.add_argument("--profile", default="reachy_mini", help="profile whose needs are checked")
+    p.add_argument("--llm", default="", help="LLM model name/path to check (default: config)")
+    p.set_defaults(func=lambda a: run_doctor(profile=a.profile, llm=a.llm))

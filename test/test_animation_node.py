@@ -111,3 +111,29 @@ def test_unknown_animation_is_rejected_with_a_reason(rig):
     event = next(e for e in rig.rx.events if e["event"] == "rejected")
     assert event["name"] == "moonwalk" and "unknown animation 'moonwalk'" in event["reason"]
     assert "unknown animation 'moonwalk'" in rig.proc.log()
+
+
+def test_queue_policy_runs_goals_in_order_and_cancels_queued_ones(node_process, unique_ns):
+    start_animation_node(node_process, unique_ns, rate_hz=RATE, policy="queue")
+    with ros_node("anim_test") as (node, executor):
+        rig = AnimationRig(node, executor, unique_ns)
+        rig.wait_ready()
+        first, second, third = (
+            rig.send("happy_nod"),
+            rig.send("wave_antenna"),
+            rig.send("scan_room"),
+        )
+        assert first.accepted and second.accepted and third.accepted
+        cancel = third.cancel_goal_async()  # still queued: ends CANCELED without moving
+        spin_until(executor, cancel.done, 5.0, "cancel response")
+        results = [rig.result(h) for h in (first, second, third)]
+        n_first = len(expected_commands("happy_nod"))
+        n_second = len(expected_commands("wave_antenna"))
+        spin_until(executor, lambda: len(rig.rx.commands) >= n_first + n_second, 5.0)
+        rig.spin_for_states(5)
+    assert [r.status for r in results] == [
+        GoalStatus.STATUS_SUCCEEDED,
+        GoalStatus.STATUS_SUCCEEDED,
+        GoalStatus.STATUS_CANCELED,
+    ]
+    assert len(rig.rx.commands) == n_first + n_second  # one after the other, nothing of the third

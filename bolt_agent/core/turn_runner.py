@@ -85,7 +85,7 @@ class TurnSink(Protocol):
 class RunnerConfig:
     sampling: SamplingParams = SamplingParams()
     constrained: bool = False  # GBNF: speech, then allowlisted calls (for untrained models)
-    max_new_tokens: int = 192  # per step
+    max_new_tokens: int = 192  # answer tokens per step (thinking is capped separately)
     max_steps: int = 3
     max_thinking_tokens: int = 512  # safety cap when no budget is given
     max_speech_chars: int = 160  # constrained mode: speech length per step
@@ -194,7 +194,8 @@ class TurnRunner:
         thinking_tokens = 0
         first = result.completion_tokens == 0
 
-        for _ in range(cfg.max_new_tokens):
+        answer_tokens = 0
+        while answer_tokens < cfg.max_new_tokens:  # thinking has its own cap
             if self.cancel_token.is_stale(generation):
                 result.cancelled = True
                 break
@@ -209,6 +210,8 @@ class TurnRunner:
             events = parser.feed(token.text)
             if thinking_before:
                 thinking_tokens += 1
+            else:
+                answer_tokens += 1
             if not knobs.enable_thinking and parser.in_thinking:
                 cap = 0  # thinking is off: close any thought the model opens at once
             if parser.in_thinking and thinking_tokens >= cap:  # budget forcing

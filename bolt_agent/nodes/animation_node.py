@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from rclpy._rclpy_pybind11 import RCLError
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.action.server import ServerGoalHandle
 from rclpy.callback_groups import ReentrantCallbackGroup
@@ -221,12 +222,16 @@ class AnimationNode(Node):
         with self._goals_lock:
             self._goals.pop(goal_id, None)
         outcome = goal.outcome or Outcome(goal_id, "aborted", "node shutting down")
-        if outcome.status == "succeeded":
-            handle.succeed()
-        elif outcome.status == "canceled" and handle.is_cancel_requested:
-            handle.canceled()
-        else:
-            handle.abort()
+        try:
+            if outcome.status == "succeeded":
+                handle.succeed()
+            elif outcome.status == "canceled" and handle.is_cancel_requested:
+                handle.canceled()
+            else:
+                handle.abort()
+        except RCLError:  # the context went down (Ctrl-C) mid-goal: the state is set, not sent
+            if self.context.ok():
+                raise
         return PlayAnimation.Result(success=outcome.status == "succeeded", message=outcome.message)
 
     # -- teleop ---------------------------------------------------------------------------------

@@ -159,8 +159,11 @@ class LlmNode(LifecycleNode):
             (SceneDescription, "perception/scene", self._on_scene, RELIABLE),
             (VoiceActivity, "asr/voice_activity", self._on_voice_activity, RELIABLE),
             (TtsState, "tts/state", self._on_tts_state, LATCHED),
+            # operator switches: latched publishers and plain `ros2 topic pub` (volatile) alike
             (Bool, "teleop/mute", self._on_mute, LATCHED),
+            (Bool, "teleop/mute", self._on_mute, RELIABLE),
             (Bool, "teleop/override", self._on_override, LATCHED),
+            (Bool, "teleop/override", self._on_override, RELIABLE),
             (String, "llm/cancel", lambda _m: self.cancel_current("llm/cancel"), RELIABLE),
         ]
         self._entities = [
@@ -307,6 +310,10 @@ class LlmNode(LifecycleNode):
                 self.get_logger().error(f"turn {turn_id} failed: {exc!r}")
                 done.set_exception(exc)
             else:
+                self.get_logger().info(
+                    f"turn {turn_id}: {result.steps} step(s), {result.completion_tokens} tokens, "
+                    f"tools {result.tool_calls}{' (cancelled)' if result.cancelled else ''}"
+                )
                 done.set_result(result)
             finally:
                 self._current_turn = ""

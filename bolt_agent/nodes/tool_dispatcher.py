@@ -3,18 +3,24 @@
 Every failure becomes a ``ToolResult`` with an error the model can read: a dead or absent action
 server, a rejected goal, a timeout (the goal is cancelled), or an aborted goal. Goals of a turn are
 remembered so a barge-in can cancel them.
+
+Goal, result and cancel requests are sent from a guard-condition callback in the action clients'
+own mutually exclusive callback group, never from the caller's thread: rclpy's ActionClient
+registers a request only after sending it, so a response handled concurrently by another
+executor thread would be dropped ("Ignoring unexpected goal response") and its future never done.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import queue
 import threading
 from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 from rclpy.action import ActionClient
-from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 
 from bolt_agent.core.tool_registry import Tool, ToolRegistry
@@ -29,7 +35,7 @@ class ToolDispatcher:
         self._node = node
         self._registry = registry
         self._server_wait_s = server_wait_s
-        self._group = ReentrantCallbackGroup()
+        self._group = MutuallyExclusiveCallbackGroup()
         self._clients: dict[tuple[str, str], ActionClient] = {}
         for tool in registry:
             key = (tool.binding.type, tool.binding.action)
@@ -42,9 +48,12 @@ class ToolDispatcher:
                 )
         self._lock = threading.Lock()
         self._goals: dict[str, list[Any]] = {}  # turn id → goal handles in flight
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()  # callables run in the group
+        self._guard = node.create_guard_condition(self._drain, callback_group=self._group)
         self.motion_held = False  # teleop override: motion tools refused
 
     def destroy(self) -> None:
+        self._node.destroy_guard_condition(self._guard)
         for client in self._clients.values():
             client.destroy()
         self._clients.clear()
@@ -65,11 +74,18 @@ class ToolDispatcher:
             )
             return future
         goal = self._goal(tool, turn_id, arguments)
-        send = client.send_goal_async(goal)
-        timer = threading.Timer(tool.timeout_s, self._on_timeout, (future, send, tool))
+        sent: dict[str, Any] = {}
+        timer = threading.Timer(tool.timeout_s, self._on_timeout, (future, sent, tool))
         timer.daemon = True
+
+        def send() -> None:
+            sent["future"] = client.send_goal_async(goal)
+            sent["future"].add_done_callback(
+                lambda f: self._on_goal_response(f, future, turn_id, tool, timer)
+            )
+
         timer.start()
-        send.add_done_callback(lambda f: self._on_goal_response(f, future, turn_id, tool, timer))
+        self._submit(send)
         return future
 
     def cancel_turn(self, turn_id: str) -> int:
@@ -77,8 +93,20 @@ class ToolDispatcher:
         with self._lock:
             handles = self._goals.pop(turn_id, [])
         for handle in handles:
-            handle.cancel_goal_async()
+            self._submit(handle.cancel_goal_async)
         return len(handles)
+
+    def _submit(self, request) -> None:
+        self._requests.put(request)
+        self._guard.trigger()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                request = self._requests.get_nowait()
+            except queue.Empty:
+                return
+            request()
 
     # --- internals ---------------------------------------------------------------------------
     @staticmethod
@@ -132,11 +160,12 @@ class ToolDispatcher:
             outcome = ToolResult(ok=bool(result.success), result=payload, error=result.error)
         _settle(future, outcome)
 
-    def _on_timeout(self, future, send_future, tool) -> None:
-        if send_future.done():
+    def _on_timeout(self, future, sent, tool) -> None:
+        send_future = sent.get("future")
+        if send_future is not None and send_future.done():
             handle = send_future.result()
             if handle is not None and handle.accepted:
-                handle.cancel_goal_async()
+                self._submit(handle.cancel_goal_async)
         _settle(
             future, ToolResult(ok=False, error=f"{tool.name}: timed out after {tool.timeout_s}s")
         )

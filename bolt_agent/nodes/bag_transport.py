@@ -1,0 +1,264 @@
+"""Record and play rosbag2 files from inside any node: ``BagRecorder`` and ``BagPlayer``.
+
+Both attach to a node the caller owns and spins (a CLI process, the embedded runner, a scenario
+simulator). Messages stay serialized end to end: raw subscriptions write CDR bytes as received,
+playback publishes the recorded bytes. File handling is ``bolt_agent.core.bag_io``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.duration import Duration, Infinite
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability
+from rosbags.interfaces import QosTime
+
+from bolt_agent.core.bag_io import (
+    DEFAULT_STORAGE,
+    BagError,
+    BagReader,
+    BagWriter,
+    TypeCatalog,
+    playback_offsets,
+)
+
+#: ROS 2's "infinite" duration as rosbag2 writes it in offered_qos_profiles
+_INFINITE = QosTime(2147483647, 4294967295)
+#: discovery of new publishers while recording (rosbag2 polls the graph as well)
+DISCOVERY_PERIOD_S = 0.1
+#: after subscribers matched, before the first message (see docs: late, reordered firsts otherwise)
+SETTLE_S = 0.5
+
+
+def message_class(msgtype: str) -> type:
+    """``pkg/msg/Name`` → the generated Python class; BagError when the package is not built."""
+    pkg, _, name = msgtype.split("/")
+    try:
+        return getattr(importlib.import_module(f"{pkg}.msg"), name)
+    except (ImportError, AttributeError) as exc:
+        raise BagError(f"message type {msgtype} is not available here: {exc}") from None
+
+
+def _hidden(topic: str) -> bool:
+    return any(part.startswith("_") for part in topic.split("/"))
+
+
+def _qos_time(value: Duration) -> QosTime:
+    if value == Infinite or value.nanoseconds >= 2**63 - 1:
+        return _INFINITE
+    sec, nsec = divmod(value.nanoseconds, 10**9)
+    return QosTime(sec, nsec)
+
+
+def to_bag_qos(q: QoSProfile) -> Qos:
+    """An rclpy QoS profile (as offered by a publisher) → the rosbags record of it."""
+    return Qos(
+        QosHistory(int(q.history)), q.depth, QosReliability(int(q.reliability)),
+        QosDurability(int(q.durability)), _qos_time(q.deadline), _qos_time(q.lifespan),
+        QosLiveliness(int(q.liveliness)), _qos_time(q.liveliness_lease_duration),
+        q.avoid_ros_namespace_conventions,
+    )  # fmt: skip
+
+
+def adapted_qos(reliable: Sequence[bool], latched: Sequence[bool], depth: int = 200) -> QoSProfile:
+    """A profile compatible with every publisher: best effort if any is; transient local if all."""
+    return QoSProfile(
+        depth=depth,
+        reliability=ReliabilityPolicy.RELIABLE
+        if all(reliable)
+        else ReliabilityPolicy.BEST_EFFORT,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL
+        if latched and all(latched)
+        else DurabilityPolicy.VOLATILE,
+    )
+
+
+class BagRecorder:
+    """Subscribes (raw) to topics as their publishers appear and writes them to a bag.
+
+    ``topics``: names to record (relative names resolve in the node's namespace); ``None`` records
+    every visible topic, including ones that appear later. Hidden topics (``_…``) are skipped.
+    """
+
+    def __init__(
+        self,
+        node: Node,
+        output: Path | str,
+        topics: Sequence[str] | None = None,
+        storage: str = DEFAULT_STORAGE,
+        on_message: Callable[[str], None] | None = None,
+    ) -> None:
+        self._node = node
+        self.writer = BagWriter(output, storage, TypeCatalog())
+        self._wanted = None if topics is None else {self._resolve(t) for t in topics}
+        self._subs: dict[str, object] = {}
+        self._on_message = on_message
+        self._group = MutuallyExclusiveCallbackGroup()
+        self._timer = node.create_timer(DISCOVERY_PERIOD_S, self._discover, self._group)
+        self.skipped: dict[str, str] = {}  # topic → why it is not recorded
+        self._discover()
+
+    @property
+    def path(self) -> Path:
+        return self.writer.path
+
+    @property
+    def topics(self) -> list[str]:
+        return sorted(self._subs)
+
+    def _resolve(self, topic: str) -> str:
+        return self._node.resolve_topic_name(topic)
+
+    def _discover(self) -> None:
+        for topic, types in self._node.get_topic_names_and_types():
+            if topic in self._subs or topic in self.skipped or self.writer.closed:
+                continue
+            if self._wanted is None and _hidden(topic):
+                continue
+            if self._wanted is not None and topic not in self._wanted:
+                continue
+            infos = self._node.get_publishers_info_by_topic(topic)
+            if not infos:
+                continue  # subscribers only: nothing to record yet
+            self._subscribe(topic, types[0], infos)
+
+    def _subscribe(self, topic: str, msgtype: str, infos) -> None:
+        try:
+            cls = message_class(msgtype)
+            self.writer.add_topic(topic, msgtype, [to_bag_qos(i.qos_profile) for i in infos])
+        except BagError as exc:
+            self.skipped[topic] = str(exc)
+            self._node.get_logger().warning(f"not recording {topic}: {exc}")
+            return
+        qos = adapted_qos(
+            [i.qos_profile.reliability == ReliabilityPolicy.RELIABLE for i in infos],
+            [i.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL for i in infos],
+        )
+        self._subs[topic] = self._node.create_subscription(
+            cls, topic, lambda data, t=topic: self._write(t, data), qos,
+            callback_group=self._group, raw=True,
+        )  # fmt: skip
+        self._node.get_logger().info(f"recording {topic} [{msgtype}]")
+
+    def _write(self, topic: str, data: bytes) -> None:
+        self.writer.write(topic, self._node.get_clock().now().nanoseconds, data)
+        if self._on_message is not None:
+            self._on_message(topic)
+
+    @property
+    def message_count(self) -> int:
+        return self.writer.message_count
+
+    def stop(self) -> Path:
+        """Unsubscribe and close the bag (metadata written); returns its path. Idempotent."""
+        self._node.destroy_timer(self._timer)
+        for sub in self._subs.values():
+            self._node.destroy_subscription(sub)
+        self._subs.clear()
+        self.writer.close()
+        return self.writer.path
+
+
+class BagPlayer:
+    """Publishes a bag's serialized messages with their original spacing (divided by ``rate``).
+
+    ``remap`` maps a bag topic to the name to publish on (relative names resolve in the node's
+    namespace); ``topics`` limits playback. ``start()`` plays in a background thread: it waits up
+    to ``wait_subscribers_s`` for every topic to have a subscriber, then ``SETTLE_S``, then plays.
+    """
+
+    def __init__(
+        self,
+        node: Node,
+        bag: Path | str,
+        rate: float = 1.0,
+        loop: bool = False,
+        remap: dict[str, str] | None = None,
+        topics: Sequence[str] | None = None,
+        wait_subscribers_s: float = 5.0,
+    ) -> None:
+        self._node = node
+        self.rate, self.loop, self.wait_subscribers_s = rate, loop, wait_subscribers_s
+        playback_offsets([0], rate)  # validates the rate
+        remap = {_abs(k): v for k, v in (remap or {}).items()}
+        with BagReader(bag) as reader:
+            summary = reader.summary()
+            selected = [t for t in summary.topics if topics is None or t.name in {_abs(x) for x in topics}]
+            if topics is not None and not selected:
+                raise BagError(f"none of {list(topics)} is in {reader.path}")
+            self.messages = list(reader.messages([t.name for t in selected]))
+        self.publishers = {}
+        for t in selected:
+            qos = adapted_qos(
+                [q.reliability != QosReliability.BEST_EFFORT for q in t.qos] or [True],
+                [q.durability == QosDurability.TRANSIENT_LOCAL for q in t.qos],
+                depth=max([q.depth for q in t.qos] + [100]),
+            )
+            name = remap.get(t.name, t.name)
+            self.publishers[t.name] = node.create_publisher(message_class(t.msgtype), name, qos)
+        self.published = 0
+        self.done = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="bag_player", daemon=True)
+        self._thread.start()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Until playback ends (never with ``loop``); True when it did."""
+        return self.done.wait(timeout)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def destroy(self) -> None:
+        self.stop()
+        for pub in self.publishers.values():
+            self._node.destroy_publisher(pub)
+        self.publishers.clear()
+
+    def wait_for_subscribers(self) -> bool:
+        """Every publisher matched (or the wait ran out: False), then a short settle time."""
+        deadline = time.monotonic() + self.wait_subscribers_s
+        matched = False
+        while not self._stop.is_set():
+            matched = all(p.get_subscription_count() > 0 for p in self.publishers.values())
+            if matched or time.monotonic() > deadline:
+                break
+            self._stop.wait(0.02)  # polling the graph for a condition
+        if not matched:
+            self._node.get_logger().warning("playing although not every topic has a subscriber")
+        self._stop.wait(SETTLE_S)
+        return matched
+
+    def _run(self) -> None:
+        try:
+            self.wait_for_subscribers()
+            offsets = playback_offsets([m.timestamp for m in self.messages], self.rate)
+            while not self._stop.is_set():
+                start = time.monotonic()
+                for offset, msg in zip(offsets, self.messages):
+                    if self._stop.wait(max(0.0, start + offset - time.monotonic())):
+                        return
+                    self.publishers[msg.topic].publish(msg.data)
+                    self.published += 1
+                if not self.loop or not self.messages:
+                    break
+            for pub in self.publishers.values():
+                pub.wait_for_all_acked(Duration(seconds=2))
+        finally:
+            self.done.set()
+
+
+def _abs(topic: str) -> str:
+    return topic if topic.startswith("/") else "/" + topic

@@ -1,0 +1,102 @@
+"""`bolt-agent run`: every node in one process (multi-threaded executor), plus a demo user.
+
+``--sim`` (the default here): audio in and out through topics, a scripted user speaks the
+profile's demo lines through the real ASR path. ``--text``: type to the robot. ``--device``:
+real microphone and speaker (PortAudio). Ctrl-C shuts everything down cleanly.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import rclpy
+import yaml
+from rclpy.executors import MultiThreadedExecutor
+from rich.console import Console
+from std_msgs.msg import String
+
+from bolt_agent.core.profile import profile_path
+from bolt_agent.nodes.console_monitor import ConsoleMonitor
+from bolt_agent.nodes.qos import RELIABLE
+from bolt_agent.nodes.scripted_user import ScriptedUser
+from bolt_agent.stack import StackSpec, bring_up_all, build_stack
+
+
+def demo_lines(profile: str) -> list[str]:
+    data = yaml.safe_load(profile_path(profile).read_text()) or {}
+    return list(data.get("demo") or [])
+
+
+def run_stack(args) -> int:
+    console = Console(highlight=False)
+    spec = StackSpec(profile=args.profile, sim=not args.device)
+    rclpy.init()
+    executor = MultiThreadedExecutor(num_threads=8)
+    nodes, stop, rc = [], threading.Event(), 0
+    try:
+        with console.status("loading models…") as status:
+            nodes = build_stack(spec)
+            monitor = ConsoleMonitor(printer=console.print)
+            user = ScriptedUser() if not args.text and not args.device else None
+            extra = [monitor] + ([user] if user else [])
+            for node in nodes + extra:
+                executor.add_node(node)
+            spin = threading.Thread(target=executor.spin, daemon=True)
+            spin.start()
+            failed = bring_up_all(nodes, progress=lambda m: status.update(m + "…"))
+            if user:
+                status.update("loading the demo user's voice…")
+                user.load()
+        if failed:
+            console.print(f"[red]failed to start: {', '.join(failed)}[/] (see the log above)")
+            return 1
+        console.print(f"[bold]bolt_agent running[/] profile={spec.profile} "
+                      f"{'sim' if spec.sim else 'devices'} — Ctrl-C to stop")
+        if args.text:
+            rc = _repl(nodes[0], console, stop)
+        elif user:
+            rc = _demo(user, demo_lines(spec.profile)[: args.turns or None], console, stop)
+        else:
+            threading.Event().wait()  # devices: run until Ctrl-C
+    except KeyboardInterrupt:
+        console.print("\n[dim]stopping…[/]")
+    finally:
+        stop.set()
+        executor.shutdown()
+        for node in reversed(nodes):
+            node.destroy_node()
+        rclpy.try_shutdown()
+    return rc
+
+
+def _demo(user: ScriptedUser, lines: list[str], console: Console, stop: threading.Event) -> int:
+    failures = 0
+    for line in lines:
+        console.print(f"[dim]user speaks:[/] “{line}”")
+        turn = user.say(line, stop)
+        if not turn.ok:
+            failures += 1
+            console.print(f"[red]turn failed:[/] {turn.error}")
+    console.print(f"[bold]demo finished:[/] {len(lines) - failures}/{len(lines)} turns")
+    return 1 if failures else 0
+
+
+def _repl(node, console: Console, stop: threading.Event) -> int:
+    pub = node.create_publisher(String, "teleop/prompt", RELIABLE)
+    console.print("type to the robot (empty line or Ctrl-D to quit)")
+    for line in sys.stdin:
+        if not line.strip() or stop.is_set():
+            break
+        pub.publish(String(data=line.strip()))
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("run", help="run the whole stack in one process (demo conversation)")
+    p.add_argument("--profile", default="reachy_mini", help="reachy_mini | blacksmith_npc")
+    p.add_argument("--sim", action="store_true", help="simulated devices and user (default)")
+    p.add_argument("--text", action="store_true", help="type to the robot instead")
+    p.add_argument("--device", action="store_true", help="real microphone and speaker")
+    p.add_argument("--turns", type=int, default=0, help="demo turns to run (0 = all)")
+    p.set_defaults(func=run_stack)

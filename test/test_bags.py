@@ -1,0 +1,181 @@
+"""Bags over real DDS: `bolt-agent bag record` of another process's traffic (our custom types
+included), read back with rosbags, `bag play` in its own process (content, order, timing, rate,
+remap), in-process BagRecorder/BagPlayer with sqlite3 storage, and damaged bags."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from bag_traffic import GAPS, TOPICS, traffic
+from rclpy.serialization import deserialize_message
+from rosbags.typesys import Stores, get_typestore, get_types_from_msg
+
+from bolt_agent.core.bag_io import BagError, BagReader, parse_remaps, playback_offsets
+from bolt_agent.nodes.bag_transport import BagPlayer, BagRecorder
+from bolt_agent.nodes.qos import RELIABLE
+from ros_helpers import ros_node, spin_until
+
+HERE = Path(__file__).parent
+TIMING_TOLERANCE_S = 0.05  # per message, against the bag's own spacing (2 shared cores)
+
+
+def _cli(*args: str) -> list[str]:
+    return ["-m", "bolt_agent.cli", "bag", *args]
+
+
+def _wait_exit(proc, timeout: float) -> int:
+    try:
+        return proc.proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"still running after {timeout}s:\n{proc.log()}") from None
+
+
+@pytest.fixture
+def recorded_bag(node_process, unique_ns, tmp_path) -> tuple[Path, dict[str, str]]:
+    """A bag recorded by the CLI from the traffic process; plus the type hashes rclpy advertised."""
+    bag = tmp_path / "bag"
+    topics = [f"{unique_ns}/{t}" for t in TOPICS]
+    recorder = node_process(*_cli("record", "-o", str(bag), "--max-messages", str(len(GAPS)),
+                                  *topics), name="recorder")  # fmt: skip
+    publisher = node_process(str(HERE / "bag_traffic.py"), "--ros-args", "-r",
+                             f"__ns:={unique_ns}", name="traffic")  # fmt: skip
+    advertised: dict[str, str] = {}
+    with ros_node("graph_probe") as (node, executor):
+        spin_until(executor, lambda: all(node.get_publishers_info_by_topic(t) for t in topics),
+                   30, "the traffic publishers")  # fmt: skip
+        for t in topics:
+            advertised[t] = str(node.get_publishers_info_by_topic(t)[0].topic_type_hash)
+    assert _wait_exit(recorder, 60) == 0, recorder.log()
+    assert f"wrote {len(GAPS)} messages" in recorder.log()
+    publisher.stop()
+    return bag, advertised
+
+
+def _subscribe_all(node, names: dict[str, type], got: list) -> None:
+    for name, cls in names.items():
+        node.create_subscription(
+            cls, name, lambda m, n=name: got.append((time.monotonic(), n, m)), RELIABLE
+        )
+
+
+def _play_and_collect(node_process, bag: Path, names: dict[str, type], *extra: str) -> list:
+    got: list = []
+    with ros_node("bag_listener") as (node, executor):
+        _subscribe_all(node, names, got)
+        player = node_process(*_cli("play", str(bag), *extra), name="player")
+        spin_until(executor, lambda: len(got) == len(GAPS), 30, f"{len(GAPS)} replayed messages")
+        assert _wait_exit(player, 30) == 0, player.log()
+    return got
+
+
+def _bag_offsets(bag: Path) -> list[float]:
+    with BagReader(bag) as reader:
+        return playback_offsets([m.timestamp for m in reader.messages()])
+
+
+def _assert_timing(got: list, expected_offsets: list[float]) -> None:
+    first = got[0][0]
+    for (arrived, name, _), due in zip(got, expected_offsets):
+        assert abs((arrived - first) - due) < TIMING_TOLERANCE_S, (name, arrived - first, due)
+
+
+def test_record_keeps_types_definitions_and_hashes(recorded_bag, unique_ns):
+    bag, advertised = recorded_bag
+    with BagReader(bag) as reader:
+        summary = reader.summary()
+        messages = list(reader.messages())
+    assert summary.storage == "mcap" and summary.message_count == len(GAPS)
+    store = get_typestore(Stores.EMPTY)
+    for topic in summary.topics:
+        # the bag alone defines the type, and its hash is the one rmw advertised
+        store.register(get_types_from_msg(topic.msgdef, topic.msgtype))
+        assert topic.digest == advertised[topic.name]
+        assert store.hash_rihs01(topic.msgtype) == topic.digest
+        assert topic.qos and topic.qos[0].reliability.name == "RELIABLE"
+    per_topic = {t: [m for t2, m in traffic() if t2 == t] for t in TOPICS}
+    for rel, expected in per_topic.items():
+        recorded = [m for m in messages if m.topic == f"{unique_ns}/{rel}"]
+        assert [deserialize_message(m.data, TOPICS[rel]) for m in recorded] == expected
+    say = next(m for m in messages if m.topic.endswith("speech/say"))
+    decoded = store.deserialize_cdr(say.data, say.msgtype)  # rosbags reads our type too
+    assert decoded.turn_id == "turn-7" and decoded.text == "Fine steel, number 1."
+
+
+def test_play_reproduces_order_content_timing_and_remap(recorded_bag, unique_ns, node_process):
+    bag, _ = recorded_bag
+    remapped = f"{unique_ns}/replayed/say"
+    names = {f"{unique_ns}/{t}": cls for t, cls in TOPICS.items() if t != "speech/say"}
+    names[remapped] = TOPICS["speech/say"]
+    got = _play_and_collect(node_process, bag, names, "--remap",
+                            f"{unique_ns}/speech/say:={remapped}")  # fmt: skip
+    expected = [(f"{unique_ns}/{t}" if t != "speech/say" else remapped, m) for t, m in traffic()]
+    assert [(n, m) for _, n, m in got] == expected
+    _assert_timing(got, _bag_offsets(bag))
+
+
+def test_play_rate_factor(recorded_bag, unique_ns, node_process):
+    bag, _ = recorded_bag
+    names = {f"{unique_ns}/{t}": cls for t, cls in TOPICS.items()}
+    got = _play_and_collect(node_process, bag, names, "--rate", "2.5")
+    offsets = _bag_offsets(bag)
+    _assert_timing(got, [o / 2.5 for o in offsets])
+    assert got[-1][0] - got[0][0] < offsets[-1] / 2  # clearly faster than real time
+
+
+def test_recorder_and_player_inside_one_node_with_sqlite3(node_process, unique_ns, tmp_path):
+    bag = tmp_path / "lib_bag"
+    with ros_node("embedded", unique_ns) as (node, executor):
+        recorder = BagRecorder(node, bag, list(TOPICS), storage="sqlite3")
+        node_process(str(HERE / "bag_traffic.py"), "--ros-args", "-r", f"__ns:={unique_ns}",
+                     name="traffic")  # fmt: skip
+        spin_until(executor, lambda: recorder.message_count == len(GAPS), 30, "recorded traffic")
+        assert recorder.stop() == bag
+        assert sorted(p.suffix for p in bag.iterdir()) == [".db3", ".yaml"]
+
+        got: list = []
+        _subscribe_all(node, {"replay/" + t: cls for t, cls in TOPICS.items()}, got)
+        remap = {f"{unique_ns}/{t}": "replay/" + t for t in TOPICS}
+        player = BagPlayer(node, bag, rate=4.0, remap=remap, topics=[f"{unique_ns}/chatter"])
+        player.start()
+        spin_until(executor, lambda: player.done.is_set() and len(got) >= 3, 30, "replay")
+        player.destroy()
+    chatter = [m for t, m in traffic() if t == "chatter"]
+    assert [m for _, _, m in got] == chatter
+    assert {n for _, n, _ in got} == {"replay/chatter"}
+
+
+def test_damaged_bags_give_one_line_errors(recorded_bag, tmp_path):
+    bag, _ = recorded_bag
+    truncated = tmp_path / "truncated"
+    shutil.copytree(bag, truncated)
+    (storage_file,) = truncated.glob("*.mcap")
+    storage_file.write_bytes(storage_file.read_bytes()[: storage_file.stat().st_size // 2])
+    no_meta = tmp_path / "no_meta"
+    shutil.copytree(bag, no_meta)
+    (no_meta / "metadata.yaml").unlink()
+    for damaged, verb in ((truncated, "play"), (truncated, "info"), (no_meta, "info"),
+                          (tmp_path / "missing", "play")):  # fmt: skip
+        run = subprocess.run([sys.executable, *_cli(verb, str(damaged))], capture_output=True,
+                             text=True, timeout=60)  # fmt: skip
+        assert run.returncode == 1, run
+        assert run.stderr.startswith("error: ") and "Traceback" not in run.stderr, run.stderr
+        assert str(damaged) in run.stderr
+    with pytest.raises(BagError, match="corrupt or truncated|File end magic"):
+        BagReader(truncated)
+
+
+def test_info_and_argument_errors(recorded_bag, unique_ns):
+    bag, _ = recorded_bag
+    out = subprocess.run([sys.executable, *_cli("info", str(bag))], capture_output=True,
+                         text=True, timeout=60, check=True).stdout  # fmt: skip
+    assert "Storage id:        mcap" in out and f"Messages:          {len(GAPS)}" in out
+    assert f"{unique_ns}/audio/input | bolt_agent_interfaces/msg/AudioChunk | 4 msgs" in out
+    with pytest.raises(BagError, match="expected OLD:=NEW"):
+        parse_remaps(["/a=/b"])
+    with pytest.raises(BagError, match="rate must be positive"):
+        playback_offsets([1, 2], rate=0)
