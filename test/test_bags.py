@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from bag_traffic import GAPS, TOPICS, traffic
 from rclpy.serialization import deserialize_message
-from rosbags.typesys import Stores, get_typestore, get_types_from_msg
+from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
 from bolt_agent.core.bag_io import BagError, BagReader, parse_remaps, playback_offsets
 from bolt_agent.nodes.bag_transport import BagPlayer, BagRecorder
@@ -165,7 +165,7 @@ def test_damaged_bags_give_one_line_errors(recorded_bag, tmp_path):
         assert run.returncode == 1, run
         assert run.stderr.startswith("error: ") and "Traceback" not in run.stderr, run.stderr
         assert str(damaged) in run.stderr
-    with pytest.raises(BagError, match="corrupt or truncated|File end magic"):
+    with pytest.raises(BagError, match=r"corrupt or truncated|File end magic"):
         BagReader(truncated)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rosbags.interfaces import Connection, Qos
 from rosbags.rosbag2 import Reader, ReaderError, StoragePlugin, Writer, WriterError
-from rosbags.typesys import Stores, get_typestore, get_types_from_msg
+from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
 STORAGES = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}
 DEFAULT_STORAGE = "mcap"

@@ -17,8 +17,14 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.duration import Duration, Infinite
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
-from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability
-from rosbags.interfaces import QosTime
+from rosbags.interfaces import (
+    Qos,
+    QosDurability,
+    QosHistory,
+    QosLiveliness,
+    QosReliability,
+    QosTime,
+)
 
 from bolt_agent.core.bag_io import (
     DEFAULT_STORAGE,
@@ -69,14 +75,11 @@ def to_bag_qos(q: QoSProfile) -> Qos:
 
 def adapted_qos(reliable: Sequence[bool], latched: Sequence[bool], depth: int = 200) -> QoSProfile:
     """A profile compatible with every publisher: best effort if any is; transient local if all."""
+    best_effort, volatile = not all(reliable), not (latched and all(latched))
     return QoSProfile(
         depth=depth,
-        reliability=ReliabilityPolicy.RELIABLE
-        if all(reliable)
-        else ReliabilityPolicy.BEST_EFFORT,
-        durability=DurabilityPolicy.TRANSIENT_LOCAL
-        if latched and all(latched)
-        else DurabilityPolicy.VOLATILE,
+        reliability=ReliabilityPolicy.BEST_EFFORT if best_effort else ReliabilityPolicy.RELIABLE,
+        durability=DurabilityPolicy.VOLATILE if volatile else DurabilityPolicy.TRANSIENT_LOCAL,
     )
 
 
@@ -190,7 +193,8 @@ class BagPlayer:
         remap = {_abs(k): v for k, v in (remap or {}).items()}
         with BagReader(bag) as reader:
             summary = reader.summary()
-            selected = [t for t in summary.topics if topics is None or t.name in {_abs(x) for x in topics}]
+            only = None if topics is None else {_abs(x) for x in topics}
+            selected = [t for t in summary.topics if only is None or t.name in only]
             if topics is not None and not selected:
                 raise BagError(f"none of {list(topics)} is in {reader.path}")
             self.messages = list(reader.messages([t.name for t in selected]))

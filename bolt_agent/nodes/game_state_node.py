@@ -1,0 +1,77 @@
+"""game_state_node: the blacksmith NPC demo's game, serving the profile's tools.
+
+An ExecuteTool action server on ``game/execute_tool`` runs ``check_shop_inventory``,
+``sell_to_player`` and ``buy_from_player`` (arguments validated; an unknown tool, invalid
+arguments or a refused trade → ``success=false`` with the reason in ``error``, goal aborted).
+Feedback reports progress; the whole state is published latched on ``game/state`` (std_msgs/String,
+JSON) at start and after every trade. Rules: ``bolt_agent.core.game_state``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from rclpy.action import ActionServer
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.node import Node
+from std_msgs.msg import String
+
+from bolt_agent.core.game_state import GameState, GameTools
+from bolt_agent.nodes import qos
+from bolt_agent.nodes.runtime import main_for
+from bolt_agent_interfaces.action import ExecuteTool
+
+PARAMS = {
+    "state_file": "",  # initial state YAML ('' → config/game_state.yaml)
+}
+_CHANGES_STATE = {"sell_to_player", "buy_from_player"}
+
+
+class GameStateNode(Node):
+    def __init__(self, **node_kwargs) -> None:  # e.g. context=, parameter_overrides=
+        super().__init__("game_state_node", **node_kwargs)
+        for name, default in PARAMS.items():
+            self.declare_parameter(name, default)
+        state_file = self.get_parameter("state_file").value
+        self.tools = GameTools(GameState.load(state_file))
+        self.state_pub = self.create_publisher(String, "game/state", qos.LATCHED)
+        self.server = ActionServer(
+            self, ExecuteTool, "game/execute_tool", self._execute,
+            callback_group=MutuallyExclusiveCallbackGroup(),
+        )  # fmt: skip
+        self.publish_state()
+        self.get_logger().info(
+            f"game state from {state_file or 'config/game_state.yaml'}; tools: {self.tools.names}"
+        )
+
+    def publish_state(self) -> None:
+        self.state_pub.publish(String(data=json.dumps(self.tools.snapshot(), ensure_ascii=False)))
+
+    def _execute(self, goal_handle) -> ExecuteTool.Result:
+        request = goal_handle.request
+        goal_handle.publish_feedback(ExecuteTool.Feedback(status=f"running {request.tool_name}"))
+        outcome = self.tools.execute(request.tool_name, request.arguments_json)
+        if outcome.success and request.tool_name in _CHANGES_STATE:
+            self.publish_state()
+        status = "done" if outcome.success else f"failed: {outcome.error}"
+        goal_handle.publish_feedback(ExecuteTool.Feedback(status=status))
+        if outcome.success:
+            goal_handle.succeed()
+        else:
+            self.get_logger().info(f"{request.tool_name}: {outcome.error}")
+            goal_handle.abort()
+        return ExecuteTool.Result(
+            success=outcome.success, result_json=outcome.result_json(), error=outcome.error
+        )
+
+    def destroy_node(self) -> None:
+        self.server.destroy()
+        super().destroy_node()
+
+
+def main(args: list[str] | None = None) -> int:
+    return main_for(GameStateNode, args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,7 @@
+"""Only animation_node, parameters from config/params/ (same arguments as the stack)."""
+
+from bolt_agent.launch_builder import generate
+
+
+def generate_launch_description():
+    return generate(only=["animation_node"])
