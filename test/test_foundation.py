@@ -219,3 +219,17 @@ def test_colcon_workspace_builds_both_packages(tmp_path):
     assert (install / "bolt_agent" / "lib" / "bolt_agent" / "llm_node").exists()
     assert (install / "bolt_agent" / "share" / "bolt_agent" / "launch").is_dir()
     assert list((install / "bolt_agent_interfaces").rglob("_spoken_text.py"))
+
+
+def test_robot_requirements_use_the_same_pins():
+    pins = {}
+    for line in (ROOT / "requirements" / "requirements.in").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if "==" in line:
+            name, version = line.split("==")
+            pins[name.split("[")[0].lower()] = version
+    for line in (ROOT / "requirements" / "robot.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, version = line.split("==")
+            assert pins.get(name.lower()) == version, line

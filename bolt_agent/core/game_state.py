@@ -34,7 +34,10 @@ TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
     "sell_to_player": {
         "type": "object",
         "properties": {
-            "item": {"type": "string", "description": "The item's name as listed in the inventory."},
+            "item": {
+                "type": "string",
+                "description": "The item's name as listed in the inventory.",
+            },
             "quantity": {"type": "integer", "minimum": 1, "maximum": 10},
         },
         "required": ["item"],
@@ -153,8 +156,14 @@ class GameState:
         self.shop_gold += total
         self.player_gold -= total
         self.player_items[found.name] = self.player_items.get(found.name, 0) + quantity
-        return {"item": found.name, "quantity": quantity, "price_each": found.price,
-                "total": total, "player_gold": self.player_gold, "stock_left": found.stock}  # fmt: skip
+        return {
+            "item": found.name,
+            "quantity": quantity,
+            "price_each": found.price,
+            "total": total,
+            "player_gold": self.player_gold,
+            "stock_left": found.stock,
+        }
 
     def max_offer(self, item: Item) -> int:
         return int(item.price * self.buy_ratio)
