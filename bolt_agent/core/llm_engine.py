@@ -67,6 +67,13 @@ class DecodeSession(ABC):
     def sample(self, sampling: SamplingParams, grammar: str | None = None) -> Token:
         """Sample the next token (under `grammar`, if given) and feed it to the model."""
 
+    def step(
+        self, sampling: SamplingParams, grammar: str | None = None, limit: int = 1
+    ) -> list[Token]:
+        """One decoding step: one token, or up to `limit` accepted at once by a speculative
+        decoder. Cancellation is checked between steps."""
+        return [self.sample(sampling, grammar)]
+
     @abstractmethod
     def force(self, text: str) -> list[Token]:
         """Feed `text` as if the model had generated it (e.g. an end-of-thinking marker)."""

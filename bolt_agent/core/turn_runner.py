@@ -195,32 +195,38 @@ class TurnRunner:
         first = result.completion_tokens == 0
 
         answer_tokens = 0
-        while answer_tokens < cfg.max_new_tokens:  # thinking has its own cap
+        done = False
+        while answer_tokens < cfg.max_new_tokens and not done:  # thinking has its own cap
             if self.cancel_token.is_stale(generation):
                 result.cancelled = True
                 break
-            thinking_before = parser.in_thinking
-            token = session.sample(cfg.sampling, None if parser.in_thinking else grammar)
+            thinking = parser.in_thinking
+            room = max(1, cap - thinking_tokens if thinking else cfg.max_new_tokens - answer_tokens)
+            tokens = session.step(cfg.sampling, None if thinking else grammar, room)
             if first:
                 sink.on_first_token(request.turn_id)
                 first = False
-            if token.is_eog:
-                break
-            result.completion_tokens += 1
-            events = parser.feed(token.text)
-            if thinking_before:
-                thinking_tokens += 1
-            else:
-                answer_tokens += 1
-            if not knobs.enable_thinking and parser.in_thinking:
-                cap = 0  # thinking is off: close any thought the model opens at once
-            if parser.in_thinking and thinking_tokens >= cap:  # budget forcing
-                close = parser.thinking_close_marker
-                session.force(close)
-                events += parser.feed(close)
-            seq = self._handle(events, request.turn_id, sink, seq, step, calls, result)
-            if parser.done:
-                break
+            for token in tokens:  # one token, or several accepted by a speculative decoder
+                if token.is_eog:
+                    done = True
+                    break
+                result.completion_tokens += 1
+                thinking_before = parser.in_thinking
+                events = parser.feed(token.text)
+                if thinking_before:
+                    thinking_tokens += 1
+                else:
+                    answer_tokens += 1
+                if not knobs.enable_thinking and parser.in_thinking:
+                    cap = 0  # thinking is off: close any thought the model opens at once
+                if parser.in_thinking and thinking_tokens >= cap:  # budget forcing
+                    close = parser.thinking_close_marker
+                    session.force(close)
+                    events += parser.feed(close)
+                seq = self._handle(events, request.turn_id, sink, seq, step, calls, result)
+                if parser.done:
+                    done = True
+                    break
         if not result.cancelled:
             seq = self._handle(parser.finish(), request.turn_id, sink, seq, step, calls, result)
         step.content = parser.speech_text.strip()
