@@ -92,6 +92,8 @@ def run_metrics(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
+        if not console.is_terminal:
+            console.line()  # the final table ends without a newline off a terminal
         if args.json:
             dump_json(table, Path(args.json))
             console.print(f"wrote {len(table.completed)} turns to {args.json}")

@@ -20,7 +20,7 @@ from bolt_agent.core.profile import profile_path
 from bolt_agent.nodes.console_monitor import ConsoleMonitor
 from bolt_agent.nodes.qos import RELIABLE
 from bolt_agent.nodes.scripted_user import ScriptedUser
-from bolt_agent.stack import StackSpec, bring_up_all, build_stack
+from bolt_agent.stack import StackSpec, bring_up_all, build_stack, shut_down_all
 
 
 def demo_lines(profile: str) -> list[str]:
@@ -33,7 +33,7 @@ def run_stack(args) -> int:
     spec = StackSpec(profile=args.profile, sim=not args.device)
     rclpy.init()
     executor = MultiThreadedExecutor(num_threads=8)
-    nodes, stop, rc = [], threading.Event(), 0
+    nodes, extra, stop, rc = [], [], threading.Event(), 0
     try:
         with console.status("loading models…") as status:
             nodes = build_stack(spec)
@@ -51,8 +51,10 @@ def run_stack(args) -> int:
         if failed:
             console.print(f"[red]failed to start: {', '.join(failed)}[/] (see the log above)")
             return 1
-        console.print(f"[bold]bolt_agent running[/] profile={spec.profile} "
-                      f"{'sim' if spec.sim else 'devices'} — Ctrl-C to stop")
+        console.print(
+            f"[bold]bolt_agent running[/] profile={spec.profile} "
+            f"{'sim' if spec.sim else 'devices'} — Ctrl-C to stop"
+        )
         if args.text:
             rc = _repl(nodes[0], console, stop)
         elif user:
@@ -63,9 +65,8 @@ def run_stack(args) -> int:
         console.print("\n[dim]stopping…[/]")
     finally:
         stop.set()
+        shut_down_all(nodes + extra)
         executor.shutdown()
-        for node in reversed(nodes):
-            node.destroy_node()
         rclpy.try_shutdown()
     return rc
 

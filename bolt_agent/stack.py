@@ -49,8 +49,12 @@ def sim_overrides(spec: StackSpec) -> dict[str, dict[str, Any]]:
     """Parameters every node gets in this mode (before the caller's own overrides)."""
     out: dict[str, dict[str, Any]] = {
         # voice defaults: brief answers, thinking on but bounded (the seed's knobs)
-        "llm_node": {"profile": spec.profile, "n_threads": 2, "conversational_mode": True,
-                     "thinking_token_budget": 24},
+        "llm_node": {
+            "profile": spec.profile,
+            "n_threads": 2,
+            "conversational_mode": True,
+            "thinking_token_budget": 24,
+        },
         "asr_node": {"cpu_threads": 1},
         "tts_node": {"cpu_threads": 1},
     }
@@ -101,3 +105,14 @@ def bring_up_all(nodes: list[Node], progress: Callable[[str], None] = print) -> 
         if not runtime.bring_up(node):
             failed.append(node.get_name())
     return failed
+
+
+def shut_down_all(nodes: list[Node]) -> None:
+    """Lifecycle shutdown (stops worker threads, closes devices) in reverse order, then destroy."""
+    for node in reversed(nodes):
+        if node.has_parameter("autostart") and hasattr(node, "trigger_shutdown"):
+            try:
+                node.trigger_shutdown()
+            except Exception as exc:  # a failing shutdown must not stop the others
+                node.get_logger().error(f"shutdown failed: {exc!r}")
+        node.destroy_node()

@@ -14,6 +14,7 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from rosbags.interfaces import Connection, Qos
@@ -290,6 +291,11 @@ def playback_offsets(timestamps: Sequence[int], rate: float = 1.0) -> list[float
     return [(t - first) / 1e9 / rate for t in timestamps]
 
 
+def _when(ns: int) -> str:
+    stamp = datetime.fromtimestamp(ns / 1e9).isoformat(sep=" ", timespec="milliseconds")
+    return f"{stamp} ({ns / 1e9:.3f})"
+
+
 def format_summary(s: BagSummary) -> str:
     """``ros2 bag info``-like text."""
     lines = [
@@ -297,8 +303,8 @@ def format_summary(s: BagSummary) -> str:
         f"Storage id:        {s.storage}",
         f"ROS distribution:  {s.ros_distro or '-'}",
         f"Duration:          {s.duration_s:.3f}s",
-        f"Start:             {s.start_ns / 1e9:.3f}" if s.message_count else "Start:             -",
-        f"End:               {s.end_ns / 1e9:.3f}" if s.message_count else "End:               -",
+        f"Start:             {_when(s.start_ns)}" if s.message_count else "Start:             -",
+        f"End:               {_when(s.end_ns)}" if s.message_count else "End:               -",
         f"Messages:          {s.message_count}",
         "Topic information:",
     ]

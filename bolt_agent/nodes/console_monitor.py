@@ -1,18 +1,22 @@
-"""console_monitor: prints the conversation as it happens (transcripts, speech, tools, latency)."""
+"""console_monitor: follows the conversation (transcripts, speech, tools, latency) turn by turn;
+prints it live when given a printer, and keeps a record per turn for scenarios and benchmarks."""
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 
 from rclpy.node import Node
 from std_msgs.msg import String
 
+from bolt_agent.core.scenario import TurnRecord
+from bolt_agent.nodes.metrics import STAGES
 from bolt_agent.nodes.qos import RELIABLE
 from bolt_agent_interfaces.msg import SpokenText, Transcript, TurnMetrics
 
 Printer = Callable[[str], None]
-_STAGES = ("speech_end", "asr_final", "llm_first_token", "first_speech", "first_audio")
+_SHOWN = ("speech_end", "asr_final", "llm_first_token", "first_speech", "first_audio")
 
 
 def _sec(stamp) -> float:
@@ -20,48 +24,58 @@ def _sec(stamp) -> float:
 
 
 class ConsoleMonitor(Node):
-    def __init__(self, printer: Printer = print, **kwargs):
+    def __init__(self, printer: Printer | None = None, **kwargs):
         super().__init__("console_monitor", **kwargs)
-        self._print = printer
-        self.stamps: dict[str, dict[str, float]] = {}
-        self.turns: list[dict[str, float]] = []
+        self._print = printer or (lambda _line: None)
+        self._lock = threading.Lock()
+        self.records: dict[str, TurnRecord] = {}  # turn id → record
         self.create_subscription(Transcript, "asr/transcript", self._on_transcript, RELIABLE)
         self.create_subscription(SpokenText, "speech/say", self._on_say, RELIABLE)
         self.create_subscription(String, "llm/tool_events", self._on_tool, RELIABLE)
         self.create_subscription(TurnMetrics, "bolt/turn_metrics", self._on_metrics, RELIABLE)
 
+    def record(self, turn_id: str) -> TurnRecord:
+        with self._lock:
+            return self.records.setdefault(turn_id, TurnRecord(said=""))
+
     def _on_transcript(self, msg: Transcript) -> None:
         if msg.is_final:
-            self._print(f"[cyan]user[/]   ({msg.utterance_id}) “{msg.text}”  "
-                        f"[dim]conf {msg.confidence:.2f}[/]")
+            self.record(msg.utterance_id).transcript = msg.text
+            self._print(
+                f"[cyan]user[/]   ({msg.utterance_id}) “{msg.text}”  "
+                f"[dim]conf {msg.confidence:.2f}[/]"
+            )
 
     def _on_say(self, msg: SpokenText) -> None:
         if msg.text:
+            self.record(msg.turn_id).spoken.append(msg.text)
             self._print(f"[green]robot[/]  “{msg.text}”")
 
     def _on_tool(self, msg: String) -> None:
-        e = json.loads(msg.data)
-        outcome = "[green]ok[/]" if e["ok"] else f"[red]error[/] {e['error']}"
-        self._print(f"[magenta]tool[/]   {e['tool']} {json.dumps(e['arguments'])} → {outcome}")
+        event = json.loads(msg.data)
+        self.record(event["turn_id"]).tools.append(event)
+        outcome = "[green]ok[/]" if event["ok"] else f"[red]error[/] {event['error']}"
+        self._print(
+            f"[magenta]tool[/]   {event['tool']} {json.dumps(event['arguments'])} → {outcome}"
+        )
 
     def _on_metrics(self, msg: TurnMetrics) -> None:
-        stamps = self.stamps.setdefault(msg.turn_id, {})
-        for stage in (*_STAGES, "turn_end"):
+        rec = self.record(msg.turn_id)
+        for stage in STAGES:
             value = _sec(getattr(msg, stage))
             if value > 0:
-                stamps.setdefault(stage, value)
+                rec.stamps.setdefault(stage, value)
         if msg.source == "llm":
-            stamps["tok_s"] = msg.decode_tok_s
-            stamps["tokens"] = msg.completion_tokens
-        if "turn_end" in stamps and "first_audio" in stamps and not stamps.get("shown"):
-            stamps["shown"] = 1.0
-            self.turns.append(stamps)
-            self._print("[yellow]turn[/]   " + format_latencies(stamps))
+            rec.stamps["tok_s"] = msg.decode_tok_s
+            rec.stamps["tokens"] = float(msg.completion_tokens)
+        if "turn_end" in rec.stamps and "first_audio" in rec.stamps and not rec.completed:
+            rec.completed = True
+            self._print("[yellow]turn[/]   " + format_latencies(rec.stamps))
 
 
 def format_latencies(stamps: dict[str, float]) -> str:
     parts, prev = [], None
-    for stage in _STAGES:
+    for stage in _SHOWN:
         if stage in stamps:
             if prev is not None:
                 parts.append(f"→{stage} {stamps[stage] - stamps[prev]:.2f}s")

@@ -37,11 +37,13 @@ class ScriptedUser(Node):
         self.declare_parameter("voice", "")
         self.declare_parameter("silence_after_s", 1.2)
         self.declare_parameter("turn_timeout_s", 90.0)
+        self.declare_parameter("reply_pause_s", 0.8)  # a person waits this long after the robot
         self._pub = self.create_publisher(AudioChunk, "audio/input", AUDIO)
         self._lock = threading.Condition()
         self._finals: list[Transcript] = []
-        self._llm_done: set[str] = set()
+        self._llm_done: dict[str, float] = {}  # turn id → when the LLM finished it
         self._tts: dict[str, TtsState] = {}
+        self._tts_changed: dict[str, float] = {}
         self.create_subscription(Transcript, "asr/transcript", self._on_transcript, RELIABLE)
         self.create_subscription(TurnMetrics, "bolt/turn_metrics", self._on_metrics, RELIABLE)
         self.create_subscription(TtsState, "tts/state", self._on_tts, LATCHED)
@@ -61,12 +63,13 @@ class ScriptedUser(Node):
     def _on_metrics(self, msg: TurnMetrics) -> None:
         if msg.source == "llm":
             with self._lock:
-                self._llm_done.add(msg.turn_id)
+                self._llm_done.setdefault(msg.turn_id, time.monotonic())
                 self._lock.notify_all()
 
     def _on_tts(self, msg: TtsState) -> None:
         with self._lock:
             self._tts[msg.turn_id] = msg
+            self._tts_changed[msg.turn_id] = time.monotonic()
             self._lock.notify_all()
 
     # --- the conversation (caller's thread) --------------------------------------------------
@@ -82,19 +85,23 @@ class ScriptedUser(Node):
             seen = len(self._finals)
         self._stream(np.concatenate([audio, silence]), rate, stop)
         timeout = self.get_parameter("turn_timeout_s").value
-        final = self._wait(lambda: self._finals[seen] if len(self._finals) > seen else None,
-                           timeout, stop)
+        final = self._wait(
+            lambda: self._finals[seen] if len(self._finals) > seen else None, timeout, stop
+        )
         if final is None:
             turn.error = "no final transcript (the ASR did not hear the utterance)"
             return turn
         turn.utterance_id, turn.transcript = final.utterance_id, final.text
         uid = final.utterance_id
 
-        def answered():
+        pause = self.get_parameter("reply_pause_s").value
+
+        def answered():  # the LLM is done and the robot has been quiet for `pause` seconds
             state = self._tts.get(uid)
-            if uid in self._llm_done and (state is None or not state.speaking):
-                return True
-            return None
+            if uid not in self._llm_done or (state is not None and state.speaking):
+                return None
+            quiet_since = max(self._llm_done[uid], self._tts_changed.get(uid, 0.0))
+            return True if time.monotonic() - quiet_since >= pause else None
 
         if self._wait(answered, timeout, stop) is None:
             turn.error = f"the robot did not finish its answer within {timeout:.0f}s"
