@@ -93,9 +93,9 @@ def bench_control_loop(rate_hz: float, seconds: float) -> dict:
 
 def bench_perception(repeats: int) -> dict:
     import cv2
-    from perception_videos import astronaut_bgr, scenario_frames
 
     from bolt_agent.core.perception import ClassicalBackend, SceneMonitor
+    from perception_videos import astronaut_bgr, scenario_frames
 
     frames = [cv2.resize(f, (640, 480)) for f in scenario_frames()]
     frames.append(cv2.resize(astronaut_bgr(), (640, 480)))

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import rclpy
 from rclpy.executors import MultiThreadedExecutor
+from rclpy.parameter import Parameter
 from rich.console import Console
 
 from bolt_agent.core.bag_io import BagError, BagReader
-from bolt_agent.core.scenario import Scenario, ScenarioError, TurnRecord, evaluate, load_scenario
+from bolt_agent.core.scenario import Scenario, ScenarioError, TurnLog, evaluate, load_scenario
 from bolt_agent.nodes.bag_transport import BagPlayer, BagRecorder
 from bolt_agent.nodes.console_monitor import ConsoleMonitor
 from bolt_agent.nodes.scripted_user import ScriptedUser
@@ -58,6 +59,8 @@ class _Session:
 
 def run_scenario(scenario: Scenario, out_dir: Path, console: Console) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
+    if (out_dir / "bag").exists():
+        raise RuntimeError(f"{out_dir / 'bag'} exists already: choose another --out")
     spec = StackSpec(profile=scenario.profile, sim=True, overrides=dict(scenario.overrides))
     if scenario.video:
         spec.nodes = [*spec.node_names(), "perception_node"]
@@ -72,11 +75,15 @@ def run_scenario(scenario: Scenario, out_dir: Path, console: Console) -> dict:
         if failed:
             raise RuntimeError(f"nodes failed to start: {', '.join(failed)}")
         user.load()
-        turns: list[TurnRecord] = []
-        for text in scenario.turns:
+        llm = next((n for n in nodes if n.get_name() == "llm_node"), None)
+        default_choice = llm.get_parameter("tool_choice").value if llm else "auto"
+        turns: list[TurnLog] = []
+        for text, choice in zip(scenario.turns, scenario.tool_choices):
+            if llm is not None:  # a turn may ask for a specific tool (small models need it)
+                llm.set_parameters([Parameter("tool_choice", value=choice or default_choice)])
             console.print(f"[dim]user speaks:[/] “{text}”")
             said = user.say(text)
-            record = monitor.record(said.utterance_id) if said.utterance_id else TurnRecord(said="")
+            record = monitor.record(said.utterance_id) if said.utterance_id else TurnLog(said="")
             record.said, record.error = text, said.error
             record.completed = said.ok
             turns.append(record)

@@ -9,8 +9,8 @@ import statistics
 import pytest
 import yaml
 from action_msgs.msg import GoalStatus
-from animation_dds import AnimationRig, start_animation_node
 
+from animation_dds import AnimationRig, start_animation_node
 from bolt_agent.core.animation import JOINTS, AnimationLibrary
 from bolt_agent.core.animation_control import AnimationController
 from bolt_agent.core.paths import config_dir

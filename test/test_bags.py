@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-from bag_traffic import GAPS, TOPICS, traffic
 from rclpy.serialization import deserialize_message
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
+from bag_traffic import GAPS, TOPICS, traffic
 from bolt_agent.core.bag_io import BagError, BagReader, parse_remaps, playback_offsets
 from bolt_agent.nodes.bag_transport import BagPlayer, BagRecorder
 from bolt_agent.nodes.qos import RELIABLE

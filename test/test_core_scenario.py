@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from bolt_agent.core.scenario import TurnRecord, evaluate, load_scenario
+from bolt_agent.core.scenario import TurnLog, evaluate, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -13,7 +13,7 @@ def test_bundled_scenarios_load():
         assert len(scenario.turns) == 3 and scenario.expectations
 
 
-def record(**kw) -> TurnRecord:
+def record(**kw) -> TurnLog:
     base = dict(
         said="x",
         transcript="can you look around the room",
@@ -35,7 +35,7 @@ def record(**kw) -> TurnRecord:
         },
     )
     base.update(kw)
-    return TurnRecord(**base)
+    return TurnLog(**base)
 
 
 def scenario_with(tmp_path, expect: str):

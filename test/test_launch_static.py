@@ -90,5 +90,5 @@ def test_launch_description_builds_when_launch_is_available():
         description = launch_builder.generate()
         assert description.entities
     else:
-        with pytest.raises(ImportError, match="LaunchDescription|launch"):
+        with pytest.raises(ImportError, match=r"LaunchDescription|launch"):
             launch_builder.generate()

@@ -5,16 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from perception_videos import (
-    DARK_END,
-    DARK_START,
-    MOVE_END,
-    MOVE_START,
-    PERSON_START,
-    astronaut_bgr,
-    scenario_frames,
-    write_video,
-)
 
 from bolt_agent.core.camera import CameraError, FrameSource
 from bolt_agent.core.image_conv import ImageEncodingError, from_image_fields, to_image_fields
@@ -26,6 +16,16 @@ from bolt_agent.core.perception import (
     SceneMonitor,
     finish,
     make_perception_backend,
+)
+from perception_videos import (
+    DARK_END,
+    DARK_START,
+    MOVE_END,
+    MOVE_START,
+    PERSON_START,
+    astronaut_bgr,
+    scenario_frames,
+    write_video,
 )
 
 

@@ -41,8 +41,11 @@ def token_id(ch: str) -> int:
     return vocab()[0].index("▁" if ch == " " else ch)
 
 
-def _tokenizer(w, mask: bool) -> None:
+def _tokenizer(w, mask: bool, extra: int = 0) -> None:
     tokens, scores, types = vocab()
+    tokens += [f"<extra_{i}>" for i in range(extra)]
+    scores += [0.0] * extra
+    types += [1] * extra
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)
     w.add_token_scores(scores)
@@ -67,13 +70,16 @@ class TargetSpec:
     n_ctx: int = 1024
     weights: str = "random"  # random | copy
     seed: int = 0
-    scale: float = 1.0  # multiplies the random layer weights (larger: less repetitive output)
+    scale: float = 4.0  # multiplies the random layer weights (larger: less repetitive output)
+    noise: float = 0.0  # relative noise added to the layer weights (a "similar" draft model)
+    extra_tokens: int = 0  # a different (larger) vocabulary
 
 
 def write_target(path: Path, spec: TargetSpec = TargetSpec()) -> Path:
     import gguf
 
     rng = np.random.default_rng(spec.seed)
+    noise_rng = np.random.default_rng(spec.seed + 1000)
     head = spec.n_embd // spec.n_head
     w = gguf.GGUFWriter(str(path), spec.arch)
     w.add_name(f"tiny-{spec.arch}-{spec.weights}")
@@ -91,17 +97,20 @@ def write_target(path: Path, spec: TargetSpec = TargetSpec()) -> Path:
     w.add_file_type(0)  # all F32
     if spec.arch == "gemma3":
         w.add_sliding_window(512)
-    _tokenizer(w, mask=False)
+    _tokenizer(w, mask=False, extra=spec.extra_tokens)
 
-    emb = rng.standard_normal((N_VOCAB, spec.n_embd)).astype(np.float32)
+    emb = rng.standard_normal((N_VOCAB + spec.extra_tokens, spec.n_embd)).astype(np.float32)
     emb[: len(SPECIALS)] *= 0.05  # keep end-of-generation rare with random weights
     w.add_tensor("token_embd.weight", emb)
     w.add_tensor("output_norm.weight", np.ones(spec.n_embd, np.float32))
 
-    def mat(rows: int, cols: int, zero: bool = False) -> np.ndarray:
-        if zero or spec.weights == "copy":
+    def mat(rows: int, cols: int) -> np.ndarray:
+        if spec.weights == "copy":
             return np.zeros((rows, cols), np.float32)
-        return (rng.standard_normal((rows, cols)) * spec.scale / np.sqrt(cols)).astype(np.float32)
+        m = rng.standard_normal((rows, cols))
+        if spec.noise:
+            m = m + spec.noise * noise_rng.standard_normal((rows, cols))
+        return (m * spec.scale / np.sqrt(cols)).astype(np.float32)
 
     kv = spec.n_head_kv * head
     for i in range(spec.n_layer):
@@ -198,6 +207,24 @@ def _finish(w) -> None:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def generate(engine, prompt: str, n: int, sampling, grammar=None, force_at=None, force="ab"):
+    """Token ids of up to `n` steps' worth of output ('F' marks a forced text at `force_at`)."""
+    session = engine.start(prompt)
+    out: list = []
+    while len(out) < n:
+        limit = n - len(out)
+        if force_at is not None and "F" not in out:
+            limit = min(limit, force_at - len(out))
+        got = session.step(sampling, grammar, limit)
+        assert 1 <= len(got) <= limit
+        out += [t.id for t in got]
+        if got[-1].is_eog:
+            break
+        if force_at is not None and "F" not in out and len(out) >= force_at:
+            out += ["F"] + [t.id for t in session.force(force)]
+    return out, session.stats
 
 
 def truncate(src: Path, dst: Path, keep: float = 0.6) -> Path:

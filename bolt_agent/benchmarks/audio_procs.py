@@ -48,8 +48,15 @@ def player() -> int:
                 state["done_at"] = time.time()
 
     dev = find_device("pulse", "output")
-    stream = sd.OutputStream(device=dev.index, samplerate=RATE, channels=1, dtype="int16",
-                             blocksize=RATE // 50, latency="low", callback=callback)  # fmt: skip
+    stream = sd.OutputStream(
+        device=dev.index,
+        samplerate=RATE,
+        channels=1,
+        dtype="int16",
+        blocksize=RATE // 50,
+        latency="low",
+        callback=callback,
+    )
     stream.start()
     print("ready", flush=True)
     for line in sys.stdin:
@@ -90,8 +97,15 @@ def recorder(out: str) -> int:
         clock.write(f"{frames[0]} {time.time():.6f}\n")
 
     dev = find_device("pulse", "input")
-    stream = sd.InputStream(device=dev.index, samplerate=RATE, channels=2, dtype="int16",
-                            blocksize=RATE // 50, latency="low", callback=callback)  # fmt: skip
+    stream = sd.InputStream(
+        device=dev.index,
+        samplerate=RATE,
+        channels=2,
+        dtype="int16",
+        blocksize=RATE // 50,
+        latency="low",
+        callback=callback,
+    )
     stream.start()
     print("ready", flush=True)
     try:
@@ -113,7 +127,11 @@ def read_recording(out: str | Path) -> tuple[np.ndarray, np.ndarray]:
     """(frames x 2 float32 in -1..1, clock rows [frames_so_far, wall])."""
     data = np.fromfile(str(out) + ".raw", dtype=np.int16)
     audio = data[: len(data) // 2 * 2].reshape(-1, 2).astype(np.float32) / 32768.0
-    clock = np.loadtxt(str(out) + ".clock", ndmin=2) if Path(str(out) + ".clock").stat().st_size else np.zeros((0, 2))
+    clock = (
+        np.loadtxt(str(out) + ".clock", ndmin=2)
+        if Path(str(out) + ".clock").stat().st_size
+        else np.zeros((0, 2))
+    )
     return audio, clock
 
 

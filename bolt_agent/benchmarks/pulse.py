@@ -48,7 +48,7 @@ class PulseServer:
             "PULSE_RUNTIME_PATH": str(runtime / "pulse"),
             "PULSE_SERVER": f"unix:{runtime / 'pulse' / 'native'}",
         }
-        loop = f"latency_msec={loopback_ms} remix=no channels=1"
+        loop = f"latency_msec={loopback_ms}"
         args = [
             "pulseaudio",
             "-D",
@@ -59,10 +59,13 @@ class PulseServer:
             *[f"--load=module-null-sink sink_name={s} rate=48000 channels=1" for s in SINKS],
             f"--load=module-null-sink sink_name={MIX} rate=48000 channels=2 "
             "channel_map=front-left,front-right",
-            f"--load=module-loopback source=user_mouth.monitor sink={MIX} {loop} "
-            "channel_map=front-left",
-            f"--load=module-loopback source=robot_speaker.monitor sink={MIX} {loop} "
-            "channel_map=front-right",
+            *[
+                f"--load=module-remap-sink sink_name={MIX}_{side} master={MIX} channels=1 "
+                f"master_channel_map=front-{side} channel_map=mono remix=no"
+                for side in ("left", "right")
+            ],
+            f"--load=module-loopback source=user_mouth.monitor sink={MIX}_left {loop}",
+            f"--load=module-loopback source=robot_speaker.monitor sink={MIX}_right {loop}",
         ]
         daemon_env = {**os.environ, **env, "HOME": str(home)}
         subprocess.run(args, env=daemon_env, check=True, capture_output=True, timeout=30)
@@ -83,9 +86,12 @@ class PulseServer:
 
     def pactl(self, *args: str) -> str:
         out = subprocess.run(
-            ["pactl", *args], env={**os.environ, **self.base_env}, capture_output=True,
-            text=True, timeout=10,
-        )  # fmt: skip
+            ["pactl", *args],
+            env={**os.environ, **self.base_env},
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         return out.stdout
 
     def ready(self) -> bool:

@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from abc import ABC, abstractmethod
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,6 +53,7 @@ class SessionStats:
     first_token_at: float | None = None  # time.monotonic() of the first sampled token
     drafted: int = 0
     accepted: int = 0
+    draft_steps: int = 0  # speculative steps that verified at least one draft token
 
     @property
     def decode_tok_s(self) -> float:
@@ -110,6 +112,10 @@ class LlamaConfig:
     n_batch: int = 256
     chat_template: str = ""  # '' = the GGUF's own, else the bundled Bolt template
     extra: dict = field(default_factory=dict)  # passed to llama_cpp.Llama
+    speculative: str = "none"  # none | dflash | ngram | draft_model (see core/speculative)
+    draft_model: str = ""  # DFlash drafter GGUF (dflash) or draft GGUF (draft_model)
+    spec_n_max: int = 7  # draft tokens per step
+    spec_p_min: float = 0.0  # stop a draft below this drafter probability
 
 
 class LlamaEngine(TextEngine):
@@ -121,6 +127,8 @@ class LlamaEngine(TextEngine):
         self.lock = threading.Lock()
         self.chat_template = ChatTemplate.bundled()
         self.load_s = 0.0
+        self.speculator = None
+        self.speculation = None  # SpeculationInfo once loaded with a speculative mode
 
     def load(self) -> LlamaEngine:
         path = Path(self.config.model_path)
@@ -129,22 +137,39 @@ class LlamaEngine(TextEngine):
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # no spinning threads on 2 cores
         from llama_cpp import Llama
 
+        exact = nullcontext()
+        if self.config.speculative != "none":  # batched verification == single-token decoding
+            from bolt_agent.core.speculative import batch_invariant_weights
+
+            exact = batch_invariant_weights()
         t0 = time.monotonic()
         try:
-            self._llm = Llama(
-                model_path=str(path),
-                n_ctx=self.config.n_ctx,
-                n_gpu_layers=self.config.n_gpu_layers,
-                n_threads=self.config.n_threads,
-                n_threads_batch=self.config.n_threads,
-                n_batch=self.config.n_batch,
-                verbose=False,
-                **self.config.extra,
-            )
+            with exact:
+                self._llm = Llama(
+                    model_path=str(path),
+                    n_ctx=self.config.n_ctx,
+                    n_gpu_layers=self.config.n_gpu_layers,
+                    n_threads=self.config.n_threads,
+                    n_threads_batch=self.config.n_threads,
+                    n_batch=self.config.n_batch,
+                    verbose=False,
+                    **self.config.extra,
+                )
         except (ValueError, RuntimeError) as exc:
             raise EngineError(f"cannot load {path}: {exc}") from exc
         self.load_s = time.monotonic() - t0
         self.chat_template = self._pick_template()
+        if self.config.speculative != "none":
+            from bolt_agent.core.speculative import SpecConfig, build_speculator
+
+            spec = SpecConfig(
+                mode=self.config.speculative,
+                draft_model=self.config.draft_model,
+                n_max=self.config.spec_n_max,
+                p_min=self.config.spec_p_min,
+                n_gpu_layers=self.config.n_gpu_layers,
+            )
+            self.speculator, self.speculation = build_speculator(self._llm, spec)
         return self
 
     def _pick_template(self) -> ChatTemplate:
@@ -188,6 +213,9 @@ class LlamaEngine(TextEngine):
         return LlamaSession(self, tokens)
 
     def close(self) -> None:
+        if self.speculator is not None:
+            self.speculator.close()
+            self.speculator = None
         if self._llm is not None:
             self._llm.close()
             self._llm = None
@@ -203,6 +231,8 @@ class LlamaSession(DecodeSession):
 
         self._is_eog = capi.llama_vocab_is_eog
         self.stats = SessionStats(prompt_tokens=len(prompt))
+        spec = engine.speculator
+        self._spec = spec and spec.session(self._llm, self.stats, self._sampler, self._text)
         t0 = time.monotonic()
         self._prefill(prompt)
         self.stats.prefill_s = time.monotonic() - t0
@@ -216,13 +246,23 @@ class LlamaSession(DecodeSession):
                 break
             keep += 1
         keep = min(keep, len(prompt) - 1)  # at least one token to decode for fresh logits
+        if self._spec:
+            self.stats.reused_tokens = self._spec.prefill(prompt, keep)
+            return
         llm.n_tokens = keep  # Llama.eval drops cache entries from n_tokens on
         self.stats.reused_tokens = keep
         llm.eval(prompt[keep:])
 
     @property
     def n_past(self) -> int:
-        return self._llm.n_tokens
+        return self._spec.n_past if self._spec else self._llm.n_tokens
+
+    def step(
+        self, sampling: SamplingParams, grammar: str | None = None, limit: int = 1
+    ) -> list[Token]:
+        if self._spec:
+            return self._spec.step(sampling, grammar, limit)
+        return [self.sample(sampling, grammar)]
 
     def _sampler(self, sampling: SamplingParams, grammar: str | None):
         key = (sampling, grammar)
@@ -241,6 +281,8 @@ class LlamaSession(DecodeSession):
         return sampler
 
     def sample(self, sampling: SamplingParams, grammar: str | None = None) -> Token:
+        if self._spec:
+            return self._spec.step(sampling, grammar, 1)[0]
         llm = self._llm
         if llm.n_tokens >= llm.n_ctx():
             return Token(id=-1, text="", is_eog=True)
@@ -258,10 +300,12 @@ class LlamaSession(DecodeSession):
 
     def force(self, text: str) -> list[Token]:
         tokens = self._engine.tokenize(text)
-        room = self._llm.n_ctx() - self._llm.n_tokens
-        tokens = tokens[:room]
-        if tokens:
-            self._llm.eval(tokens)
+        if self._spec:
+            tokens = self._spec.force(tokens)
+        else:
+            tokens = tokens[: self._llm.n_ctx() - self._llm.n_tokens]
+            if tokens:
+                self._llm.eval(tokens)
         self.stats.forced += len(tokens)
         return [Token(id=t, text=self._text(t)) for t in tokens]
 

@@ -48,6 +48,7 @@ class Scenario:
     profile: str
     turns: list[str]
     expectations: list[Expectation]
+    tool_choices: list[str | None] = field(default_factory=list)  # per turn (None: node's)
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     video: str = ""
 
@@ -58,12 +59,13 @@ def load_scenario(path: str | Path) -> Scenario:
         data = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise ScenarioError(f"{path}: {exc}") from exc
-    turns = []
+    turns, tool_choices = [], []
     for i, turn in enumerate(data.get("turns") or [], 1):
         text = turn.get("say") if isinstance(turn, dict) else turn
         if not isinstance(text, str) or not text.strip():
             raise ScenarioError(f"{path}: turn {i} needs a non-empty 'say'")
         turns.append(text.strip())
+        tool_choices.append(turn.get("tool_choice") if isinstance(turn, dict) else None)
     if not turns:
         raise ScenarioError(f"{path}: no turns")
     expectations = []
@@ -88,13 +90,14 @@ def load_scenario(path: str | Path) -> Scenario:
         profile=data.get("profile", "reachy_mini"),
         turns=turns,
         expectations=expectations,
+        tool_choices=tool_choices,
         overrides=dict(data.get("overrides") or {}),
         video=video,
     )
 
 
 @dataclass
-class TurnRecord:
+class TurnLog:
     """What happened in one turn of the run."""
 
     said: str  # what the simulated user said
@@ -129,11 +132,11 @@ class Verdict:
     detail: str
 
 
-def evaluate(scenario: Scenario, turns: list[TurnRecord]) -> list[Verdict]:
+def evaluate(scenario: Scenario, turns: list[TurnLog]) -> list[Verdict]:
     return [_check(e, turns) for e in scenario.expectations]
 
 
-def _check(e: Expectation, turns: list[TurnRecord]) -> Verdict:
+def _check(e: Expectation, turns: list[TurnLog]) -> Verdict:
     scope = [turns[e.turn - 1]] if e.turn and e.turn <= len(turns) else turns
     if e.kind == "turns_completed":
         done = sum(t.completed for t in turns)

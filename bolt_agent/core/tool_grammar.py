@@ -39,7 +39,8 @@ def build_grammar(
     max_calls: int = 3,
 ) -> str:
     """GBNF for the answer (after any thinking). `tool_choice`: auto | none | required | <name>."""
-    speech = f"speech ::= [^<\\n] [^<]{{0,{max_speech_chars - 1}}}\n"
+    # speech starts with a visible character, so a call is always preceded by something to say
+    speech = f"speech ::= [^<\\n\\t ] [^<]{{0,{max_speech_chars - 1}}}\n"
     if tool_choice == "none" or len(registry) == 0:
         if tool_choice == "required":
             raise ValueError("tool_choice 'required' with no tools")

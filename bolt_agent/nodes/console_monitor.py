@@ -10,7 +10,7 @@ from collections.abc import Callable
 from rclpy.node import Node
 from std_msgs.msg import String
 
-from bolt_agent.core.scenario import TurnRecord
+from bolt_agent.core.scenario import TurnLog
 from bolt_agent.nodes.metrics import STAGES
 from bolt_agent.nodes.qos import RELIABLE
 from bolt_agent_interfaces.msg import SpokenText, Transcript, TurnMetrics
@@ -28,15 +28,15 @@ class ConsoleMonitor(Node):
         super().__init__("console_monitor", **kwargs)
         self._print = printer or (lambda _line: None)
         self._lock = threading.Lock()
-        self.records: dict[str, TurnRecord] = {}  # turn id → record
+        self.records: dict[str, TurnLog] = {}  # turn id → record
         self.create_subscription(Transcript, "asr/transcript", self._on_transcript, RELIABLE)
         self.create_subscription(SpokenText, "speech/say", self._on_say, RELIABLE)
         self.create_subscription(String, "llm/tool_events", self._on_tool, RELIABLE)
         self.create_subscription(TurnMetrics, "bolt/turn_metrics", self._on_metrics, RELIABLE)
 
-    def record(self, turn_id: str) -> TurnRecord:
+    def record(self, turn_id: str) -> TurnLog:
         with self._lock:
-            return self.records.setdefault(turn_id, TurnRecord(said=""))
+            return self.records.setdefault(turn_id, TurnLog(said=""))
 
     def _on_transcript(self, msg: Transcript) -> None:
         if msg.is_final:

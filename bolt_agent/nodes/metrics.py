@@ -7,19 +7,9 @@ import threading
 from builtin_interfaces.msg import Time
 from rclpy.node import Node
 
+from bolt_agent.core.turn_metrics import STAGES
 from bolt_agent.nodes.qos import RELIABLE
 from bolt_agent_interfaces.msg import TurnMetrics
-
-STAGES = (
-    "speech_end",
-    "asr_final",
-    "llm_first_token",
-    "first_speech",
-    "first_audio",
-    "first_tool_goal",
-    "tool_done",
-    "turn_end",
-)
 
 
 class TurnMetricsPublisher:

@@ -1,0 +1,349 @@
+"""Benchmarks without ROS, run in a process of their own (no rclpy is imported here).
+
+    python -m bolt_agent.benchmarks.offline IN.json OUT.json
+
+- ``raw``: the voice pipeline on the raw libraries, one process, same utterance WAVs and thread
+  allocation as the stack (Silero VAD offline + min_silence wait, faster-whisper, llama-cpp-python
+  with the same prompt/grammar/thinking budget up to the first sentence, Piper's first chunk).
+- ``llm``: our engine (``LlamaEngine``/``LlamaSession``, what llm_node runs) vs raw
+  ``Llama.create_completion`` (same prompt, greedy): TTFT and tok/s; TTFT with 4K tokens of
+  history vs none (prefix reuse); output tokens per knob setting (``TurnRunner``).
+- ``speech``: ASR/TTS real-time factors and TTS time to first audio (``bench/speech_bench.py``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import statistics
+import sys
+import time
+import wave
+from pathlib import Path
+
+import numpy as np
+
+from bolt_agent.core.chat_template import THINK_OPEN, Knobs
+from bolt_agent.core.models import resolve_model
+from bolt_agent.core.paths import config_dir
+
+RATE = 16000
+PROMPT = "Tell me a short story about a small robot who learns to dance in the kitchen."
+
+
+def _wav(path: str) -> np.ndarray:
+    with wave.open(path, "rb") as w:
+        return np.frombuffer(w.readframes(w.getnframes()), np.int16).astype(np.float32) / 32768
+
+
+def _profile(name: str):
+    from bolt_agent.core.profile import load_profile
+
+    return load_profile(name)
+
+
+def raw_pipeline(cfg: dict) -> dict:
+    """Per utterance: detection wait + VAD + ASR + LLM to first sentence + TTS first chunk."""
+    from faster_whisper import WhisperModel
+    from faster_whisper.vad import VadOptions, get_speech_timestamps
+    from llama_cpp import Llama, LlamaGrammar
+    from piper import PiperVoice
+
+    from bolt_agent.core.dialogue import Dialogue, Step
+    from bolt_agent.core.sentences import SentenceSplitter
+    from bolt_agent.core.tool_grammar import build_grammar
+
+    prof = _profile(cfg.get("profile", "reachy_mini"))
+    asr = WhisperModel(
+        str(resolve_model("", kind="asr")),
+        device="cpu",
+        compute_type="int8",
+        cpu_threads=cfg.get("asr_threads", 1),
+    )
+    llm = Llama(
+        model_path=str(resolve_model("", kind="llm")),
+        n_ctx=4096,
+        n_threads=2,
+        n_threads_batch=2,
+        n_batch=256,
+        verbose=False,
+    )
+    tts = PiperVoice.load(str(resolve_model("", kind="tts")))
+    from bolt_agent.core.chat_template import ChatTemplate
+
+    bos = llm.detokenize([llm.token_bos()], special=True).decode()
+    template = ChatTemplate.bundled(bos_token=bos)
+    grammar = LlamaGrammar.from_string(build_grammar(prof.registry, "auto", 160, 1), verbose=False)
+    knobs = Knobs(True, 24, True)  # the stack's voice knobs (stack.sim_overrides)
+    dialogue = Dialogue(prof.persona)
+    sampling = {"temperature": 1.0, "top_k": 64, "top_p": 0.95}
+    min_silence = 0.5
+
+    def toks(text: str) -> list[int]:  # the template already starts with <bos>
+        return llm.tokenize(text.encode(), add_bos=False, special=True)
+
+    turns = []
+    for path in cfg["wavs"]:
+        audio = _wav(path)
+        t0 = time.perf_counter()
+        stamps = get_speech_timestamps(
+            audio, VadOptions(min_silence_duration_ms=500, speech_pad_ms=80)
+        )
+        seg = audio[stamps[0]["start"] : stamps[-1]["end"]] if stamps else audio
+        t_vad = time.perf_counter() - t0
+        segments, _ = asr.transcribe(
+            seg,
+            language="en",
+            beam_size=1,
+            temperature=[0.0, 0.2, 0.4],
+            condition_on_previous_text=False,
+            without_timestamps=True,
+            vad_filter=False,
+        )
+        text = " ".join(s.text.strip() for s in segments)
+        t_asr = time.perf_counter() - t0 - t_vad
+        turn = dialogue.begin_turn(f"r{len(turns)}", text)
+        prompt = template.render(dialogue.messages(), prof.registry.as_openai(), knobs)
+        t1 = time.perf_counter()
+        thought = ""
+        for i, chunk in enumerate(
+            llm.create_completion(toks(prompt + THINK_OPEN), max_tokens=24, stream=True, **sampling)
+        ):
+            if i == 0:
+                ttft = time.perf_counter() - t1
+            thought += chunk["choices"][0]["text"]
+        close = "<channel|>"
+        answer, first, splitter = "", "", SentenceSplitter()
+        prompt2 = prompt + THINK_OPEN + thought.split(close)[0] + close
+        for chunk in llm.create_completion(
+            toks(prompt2), max_tokens=96, stream=True, grammar=grammar, **sampling
+        ):
+            piece = chunk["choices"][0]["text"]
+            answer += piece
+            done = splitter.push(piece) or (["<"] if "<" in piece else [])
+            if done:
+                first = done[0] if done[0] != "<" else answer.split("<")[0].strip()
+                break
+        first = first or answer.split("<")[0].strip() or "Okay."
+        t_llm = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        if next(iter(tts.synthesize(first)), None) is None:  # nothing speakable: say a word
+            next(iter(tts.synthesize("Okay.")))
+        t_tts = time.perf_counter() - t2
+        turn.steps.append(Step(content=first))
+        total = min_silence + t_vad + t_asr + t_llm + t_tts
+        turns.append(
+            {
+                "text": text,
+                "first_sentence": first,
+                "vad_s": t_vad,
+                "asr_s": t_asr,
+                "llm_ttft_s": ttft,
+                "llm_first_sentence_s": t_llm,
+                "tts_first_s": t_tts,
+                "eos_to_first_audio_s": total,
+            }
+        )
+    return {
+        "turns": turns,
+        "min_silence_s": min_silence,
+        "median_eos_to_first_audio_s": statistics.median(t["eos_to_first_audio_s"] for t in turns),
+    }
+
+
+def llm_bench(cfg: dict) -> dict:
+    from llama_cpp import Llama
+
+    from bolt_agent.core.llm_engine import LlamaConfig, LlamaEngine, SamplingParams
+
+    model = str(resolve_model("", kind="llm"))
+    n_tok, runs = cfg.get("llm_tokens", 64), cfg.get("llm_runs", 3)
+    greedy = SamplingParams(temperature=0.0)
+    out: dict = {"tokens": n_tok, "runs": runs}
+    engine = LlamaEngine(LlamaConfig(model, n_ctx=8192, n_threads=2)).load()
+    prompt = engine.chat_template.render(
+        [{"role": "user", "content": PROMPT}], None, Knobs(False, None, False)
+    )
+
+    def ours() -> tuple[float, float]:
+        engine.llm.reset()
+        t0 = time.perf_counter()
+        session = engine.start(prompt)
+        session.sample(greedy)
+        ttft = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        for _ in range(n_tok - 1):
+            if session.sample(greedy).is_eog:
+                break
+        return ttft, (session.stats.generated - 1) / (time.perf_counter() - t1)
+
+    raw = Llama(
+        model_path=model, n_ctx=8192, n_threads=2, n_threads_batch=2, n_batch=256, verbose=False
+    )
+
+    def raw_run() -> tuple[float, float]:
+        raw.reset()
+        t0, first, n = time.perf_counter(), 0.0, 0
+        tokens = raw.tokenize(prompt.encode(), add_bos=False, special=True)
+        for _chunk in raw.create_completion(tokens, max_tokens=n_tok, temperature=0.0, stream=True):
+            n += 1
+            if n == 1:
+                first = time.perf_counter()
+        end = time.perf_counter()
+        return first - t0, (n - 1) / (end - first) if n > 1 else 0.0
+
+    pairs = [(ours(), raw_run()) for _ in range(runs)]  # interleaved, same conditions
+    o_ttft, o_tps = (
+        statistics.median(p[0][0] for p in pairs),
+        statistics.median(p[0][1] for p in pairs),
+    )
+    r_ttft, r_tps = (
+        statistics.median(p[1][0] for p in pairs),
+        statistics.median(p[1][1] for p in pairs),
+    )
+    out["node_engine"] = {"ttft_s": o_ttft, "tok_s": o_tps}
+    out["raw"] = {"ttft_s": r_ttft, "tok_s": r_tps}
+    out["tok_s_ratio"], out["ttft_ratio"] = o_tps / r_tps, o_ttft / r_ttft
+    raw.close()
+    print(f"llm: node vs raw done {out['tok_s_ratio']:.2f}", file=sys.stderr, flush=True)
+    out["prefix_reuse"] = prefix_reuse(engine, cfg.get("history_tokens", 4000))
+    print(f"llm: prefix reuse done {out['prefix_reuse']['ratio']:.2f}", file=sys.stderr, flush=True)
+    out["knobs"] = knob_tokens(engine, cfg)
+    engine.close()
+    return out
+
+
+def prefix_reuse(engine, history_tokens: int) -> dict:
+    """TTFT of a new user turn after ~history_tokens of cached history vs with no history."""
+    from bolt_agent.core.llm_engine import SamplingParams
+
+    greedy, knobs, tpl = (
+        SamplingParams(temperature=0.0),
+        Knobs(False, None, False),
+        engine.chat_template,
+    )
+    system = {"role": "system", "content": "You are a helpful robot."}
+    filler = " ".join(f"The robot counted item number {i} on the kitchen shelf." for i in range(40))
+    history: list[dict] = []
+    while engine.count_tokens(tpl.render([system, *history], None, knobs)) < history_tokens:
+        history += [{"role": "user", "content": filler}, {"role": "assistant", "content": "Noted."}]
+
+    def ttft(messages: list[dict]) -> tuple[float, int, int]:
+        t0 = time.perf_counter()
+        s = engine.start(tpl.render(messages, None, knobs))
+        s.sample(greedy)
+        return time.perf_counter() - t0, s.stats.prompt_tokens, s.stats.reused_tokens
+
+    res = {}
+    for name, hist in (("empty", []), ("history", history)):
+        engine.llm.reset()
+        ttft([system, *hist, {"role": "user", "content": "Warm-up question?"}])  # cache prefix
+        cold = None
+        if name == "history":
+            engine.llm.reset()
+            cold = ttft([system, *hist, {"role": "user", "content": "Warm-up question?"}])
+        warm = [
+            ttft([system, *hist, {"role": "user", "content": q}])
+            for q in ("What time is it?", "Where is the cup?", "Can you dance?")
+        ]
+        res[name] = {
+            "ttft_s": statistics.median(w[0] for w in warm),
+            "prompt_tokens": warm[0][1],
+            "reused_tokens": warm[0][2],
+            "cold_ttft_s": cold[0] if cold else None,
+        }
+    res["ratio"] = res["history"]["ttft_s"] / res["empty"]["ttft_s"]
+    return res
+
+
+def knob_tokens(engine, cfg: dict) -> dict:
+    """Output tokens per knob setting through TurnRunner (the node's turn logic), stack sampling."""
+    from bolt_agent.core.dialogue import Dialogue
+    from bolt_agent.core.llm_engine import SamplingParams
+    from bolt_agent.core.turn_runner import RunnerConfig, TurnRequest, TurnRunner
+
+    prof = _profile(cfg.get("profile", "reachy_mini"))
+
+    class Sink:
+        def __getattr__(self, _name):
+            return lambda *a, **k: None
+
+        def dispatch(self, *_a):
+            from concurrent.futures import Future
+
+            from bolt_agent.core.turn_runner import ToolResult
+
+            f: Future = Future()
+            f.set_result(ToolResult(True, "done"))
+            return f
+
+    settings = {
+        "conv_on_think_off": Knobs(False, None, True),
+        "conv_off_think_off": Knobs(False, None, False),
+        "conv_on_think_on": Knobs(True, None, True),
+        "conv_on_think_budget24": Knobs(True, 24, True),
+        "conv_off_think_on": Knobs(True, None, False),
+    }
+    out = {}
+    questions = ("Hello! What is your name?",)
+    for name, knobs in settings.items():
+        rows = []
+        for seed, q in enumerate(questions * cfg.get("knob_runs", 1)):
+            runner = TurnRunner(
+                engine,
+                Dialogue(prof.persona),
+                prof.registry,
+                RunnerConfig(
+                    sampling=SamplingParams(seed=seed),
+                    constrained=True,
+                    max_steps=1,
+                    max_new_tokens=64,
+                    max_thinking_tokens=128,
+                ),
+            )
+            t0 = time.perf_counter()
+            r = runner.run(TurnRequest(f"k{seed}", q, knobs), Sink())
+            rows.append((r.completion_tokens, r.thinking_tokens, time.perf_counter() - t0))
+        out[name] = {
+            "completion_tokens": statistics.mean(x[0] for x in rows),
+            "thinking_tokens": statistics.mean(x[1] for x in rows),
+            "turn_s": statistics.mean(x[2] for x in rows),
+        }
+    return out
+
+
+def speech(cfg: dict) -> dict:
+    """ASR/TTS figures from bench/speech_bench.py (imported, not copied), plus TTS RTF."""
+    path = config_dir().parent / "bench" / "speech_bench.py"
+    spec = importlib.util.spec_from_file_location("speech_bench", path)
+    sb = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sb)
+    from bolt_agent.core.tts_engine import PiperEngine
+
+    runs = cfg.get("speech_runs", 2)
+    tts = PiperEngine(resolve_model("", kind="tts"), cpu_threads=1)
+    tts.load()
+    audio, truth = sb.make_audio(tts)
+    asr = sb.bench_asr(audio, truth, 1, runs)
+    tts_r = sb.bench_tts(1, runs)
+    t0 = time.perf_counter()
+    chunks = list(tts.synthesize(sb.TTS_TEXT))
+    synth = time.perf_counter() - t0
+    dur = sum(len(c.audio) for c in chunks) / tts.sample_rate
+    return {"asr": asr, "tts": tts_r, "tts_rtf": synth / dur, "threads": 1, "runs": runs}
+
+
+def main(argv: list[str]) -> int:
+    cfg = json.loads(Path(argv[0]).read_text())
+    out = {}
+    for part in cfg.get("parts", ("raw", "llm", "speech")):
+        t0 = time.perf_counter()
+        out[part] = {"raw": raw_pipeline, "llm": llm_bench, "speech": speech}[part](cfg)
+        out[part]["bench_s"] = time.perf_counter() - t0
+        print(f"{part} done in {out[part]['bench_s']:.0f}s", file=sys.stderr, flush=True)
+    Path(argv[1]).write_text(json.dumps(out, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
