@@ -165,6 +165,7 @@ class LlmNode(LifecycleNode):
             (Bool, "teleop/override", self._on_override, LATCHED),
             (Bool, "teleop/override", self._on_override, RELIABLE),
             (String, "llm/cancel", lambda _m: self.cancel_current("llm/cancel"), RELIABLE),
+            (String, "teleop/say", lambda _m: self.cancel_current("teleop/say"), RELIABLE),
         ]
         self._entities = [
             self.create_subscription(t, n, cb, q, callback_group=io) for t, n, cb, q in subs
