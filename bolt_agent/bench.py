@@ -87,7 +87,9 @@ def run_bench(args) -> int:
         "work_dir": str(work),
     }
     print(f"voice loop: {args.turns} turns over PulseAudio null sinks (work dir {work})")
-    loop = run_voice_loop(work, args.turns, log=print)
+    overrides = parse_overrides(args.set)
+    result["overrides"] = overrides
+    loop = run_voice_loop(work, args.turns, overrides=overrides, log=print)
     turns = [asdict(t) for t in loop["turns"]]
     v2v = [t["v2v_s"] for t in turns if t["v2v_s"] is not None]
     result["turns"] = turns
@@ -119,6 +121,8 @@ def run_bench(args) -> int:
     result["model_weights_mb"] = sum(mb.values()) / MB
     result["stack_rss_overhead_mb"] = result["stack_rss_mb"] - result["model_weights_mb"]
 
+    if args.loop_only:
+        return _finish(result, out, t_start, v2v)
     # the same utterances through the raw libraries + LLM + speech benches (own process, no ROS)
     cfg = {
         "wavs": [str(p) for p in sorted(work.glob("utt*.wav"))][: max(2, len(v2v))],
@@ -127,6 +131,7 @@ def run_bench(args) -> int:
         "llm_tokens": 16 if args.quick else 64,
         "history_tokens": 1000 if args.quick else 4000,
         "knob_runs": 1,
+        "quick": args.quick,
     }
     if args.quick:
         cfg["wavs"] = cfg["wavs"][:2]
@@ -162,15 +167,33 @@ def run_bench(args) -> int:
         if cand.exists():
             result["speculative"] = json.loads(cand.read_text())
             break
+    return _finish(result, out, t_start, v2v)
+
+
+def _finish(result: dict[str, Any], out: Path, t_start: float, v2v: list[float]) -> int:
+    from bolt_agent.benchmarks.report import markdown, write_report
+
     result["jetson"] = jetson(result)
     result["load_average"] = os.getloadavg()
     result["bench_s"] = time.time() - t_start
-    from bolt_agent.benchmarks.report import markdown, write_report
-
     files = write_report(result, out)
     print(markdown(result))
     print(f"wrote {files['json']}, {files['markdown']}, {files['stages']}, {files['cdf']}")
     return 0 if v2v else 1
+
+
+def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
+    """``node.param=value`` (value parsed as YAML) → {node: {param: value}}."""
+    import yaml
+
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        node, _, param = key.partition(".")
+        if not param:
+            raise SystemExit(f"--set expects node.param=value, got {item!r}")
+        out.setdefault(node, {})[param] = yaml.safe_load(value)
+    return out
 
 
 def add_parser(sub) -> None:
@@ -179,5 +202,17 @@ def add_parser(sub) -> None:
     p.add_argument("--out", default="bench_results/bench.json", help="JSON output (.md/.png next)")
     p.add_argument(
         "--quick", action="store_true", help="smoke run: short LLM/prefix benches, no speech bench"
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NODE.PARAM=VALUE",
+        help="parameter override for the stack (repeatable), e.g. asr_node.partial_interval_s=0",
+    )
+    p.add_argument(
+        "--loop-only",
+        action="store_true",
+        help="only the voice loop (+ memory): for comparing parameter variants",
     )
     p.set_defaults(func=run_bench)

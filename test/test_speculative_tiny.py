@@ -6,15 +6,19 @@ import pytest
 from tiny_gguf import (
     MASK_CHAR,
     DrafterSpec,
+    Sink,
     TargetSpec,
     generate,
+    runner_for,
     truncate,
     write_drafter,
     write_target,
 )
 
+from bolt_agent.core.chat_template import Knobs
 from bolt_agent.core.llm_engine import LlamaConfig, LlamaEngine, SamplingParams
 from bolt_agent.core.speculative import DrafterError, SpecConfig, build_speculator
+from bolt_agent.core.turn_runner import TurnRequest
 
 GREEDY = SamplingParams(temperature=0.0)
 SAMPLED = SamplingParams(temperature=0.8, seed=11)
@@ -39,7 +43,7 @@ MODES = ["ngram", "dflash", "draft_model"]
 def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny")
     return {
-        "llama": write_target(d / "llama.gguf", TargetSpec(arch="llama")),
+        "llama": write_target(d / "llama.gguf", TargetSpec(arch="llama", n_ctx=8192)),
         "qwen3": write_target(d / "qwen3.gguf", TargetSpec(arch="qwen3", seed=5)),
         "copy": write_target(d / "copy.gguf", TargetSpec(weights="copy")),
         "similar": write_target(d / "similar.gguf", TargetSpec(noise=0.3)),
@@ -246,3 +250,52 @@ def test_memory_is_reported(models):
         assert mem["target_kv_bytes"] == 3 * 512 * 2 * 32 * 2
     finally:
         eng.close()
+
+
+TURNS = [
+    # constrained speech + a required tool call (grammar phase), two steps
+    ("Look around the room.", Knobs(enable_thinking=False), "required", 2, 160),
+    # thinking opened by the runner and closed by budget forcing, then the grammar phase
+    ("What can you see?", Knobs(enable_thinking=True, thinking_token_budget=12), "none", 1, 48),
+]
+
+
+@pytest.fixture(scope="module")
+def turn_engines(models):
+    engines = {}
+    for mode in ["none", *MODES]:
+        draft = models["similar" if mode == "draft_model" else "drafter"]
+        config = LlamaConfig(
+            model_path=str(models["llama"]),
+            n_ctx=8192,
+            n_batch=256,
+            speculative=mode,
+            draft_model=str(draft),
+        )
+        engines[mode] = LlamaEngine(config).load()
+    yield engines
+    for eng in engines.values():
+        eng.close()
+
+
+@pytest.mark.parametrize(("text", "knobs", "choice", "steps", "tokens"), TURNS)
+@pytest.mark.parametrize("mode", MODES)
+def test_turns_are_identical(turn_engines, mode, text, knobs, choice, steps, tokens):
+    """Seeded sampling (temperature 1.0) through the turn runner: streaming, grammar, thinking
+    budget forcing and tool dispatch see exactly what plain decoding produces."""
+    results = []
+    for m in ("none", mode):
+        sink = Sink()
+        runner = runner_for(turn_engines[m], max_steps=steps, max_new_tokens=tokens)
+        results.append((runner.run(TurnRequest("t1", text, knobs, choice), sink), sink.events))
+    (ref, ref_events), (got, got_events) = results
+    assert ref.completion_tokens > 0
+    assert got_events == ref_events
+    assert (got.spoken_text, got.thinking_text, got.tool_calls) == (
+        ref.spoken_text,
+        ref.thinking_text,
+        ref.tool_calls,
+    )
+    assert got.thinking_tokens == ref.thinking_tokens == (12 if knobs.enable_thinking else 0)
+    assert got.errors == ref.errors  # e.g. a tool call cut short by the token cap
+    assert sum(s.drafted for s in got.stats) > 0 or mode == "ngram"  # no lookup match: fine

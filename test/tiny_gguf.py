@@ -14,6 +14,7 @@ Two kinds of weights:
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -231,3 +232,51 @@ def truncate(src: Path, dst: Path, keep: float = 0.6) -> Path:
     data = src.read_bytes()
     dst.write_bytes(data[: int(len(data) * keep)])
     return dst
+
+
+# --- turn helpers (the speculative turn tests) ---------------------------------------------
+class Sink:
+    """Records what a turn streams (the order of deltas, sentences, thoughts and calls)."""
+
+    def __init__(self):
+        self.events: list[tuple] = []
+
+    def on_first_token(self, turn_id):
+        pass
+
+    def on_thinking(self, turn_id, text):
+        self.events.append(("think", text))
+
+    def on_speech_delta(self, turn_id, text):
+        self.events.append(("delta", text))
+
+    def on_sentence(self, turn_id, seq, text):
+        self.events.append(("sentence", seq, text))
+
+    def dispatch(self, turn_id, name, arguments):
+        from bolt_agent.core.turn_runner import ToolResult
+
+        self.events.append(("dispatch", name, arguments))
+        future = Future()
+        future.set_result(ToolResult(ok=True, result={"ok": True}))
+        return future
+
+    def on_turn_end(self, turn_id, seq, result):
+        self.events.append(("end", seq))
+
+
+def runner_for(engine, max_steps: int, max_new_tokens: int):
+    from bolt_agent.core.dialogue import Dialogue
+    from bolt_agent.core.llm_engine import SamplingParams
+    from bolt_agent.core.profile import load_profile
+    from bolt_agent.core.turn_runner import RunnerConfig, TurnRunner
+
+    profile = load_profile("reachy_mini")
+    config = RunnerConfig(
+        sampling=SamplingParams(seed=7),  # temperature 1.0: seeded sampling, not greedy
+        constrained=True,
+        max_speech_chars=60,
+        max_steps=max_steps,
+        max_new_tokens=max_new_tokens,
+    )
+    return TurnRunner(engine, Dialogue(profile.persona), profile.registry, config)

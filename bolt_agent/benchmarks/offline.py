@@ -159,16 +159,15 @@ def llm_bench(cfg: dict) -> dict:
     model = str(resolve_model("", kind="llm"))
     n_tok, runs = cfg.get("llm_tokens", 64), cfg.get("llm_runs", 3)
     greedy = SamplingParams(temperature=0.0)
-    out: dict = {"tokens": n_tok, "runs": runs}
+    out: dict = {"tokens": n_tok, "runs": runs, "prompt": PROMPT, "sampling": "greedy"}
     engine = LlamaEngine(LlamaConfig(model, n_ctx=8192, n_threads=2)).load()
-    prompt = engine.chat_template.render(
-        [{"role": "user", "content": PROMPT}], None, Knobs(False, None, False)
-    )
+    knobs = Knobs(False, None, False)
+    prompt = engine.chat_template.render([{"role": "user", "content": PROMPT}], None, knobs)
 
-    def ours() -> tuple[float, float]:
-        engine.llm.reset()
+    def ours(eng=engine) -> tuple[float, float]:
+        eng.llm.reset()  # no cached prefix: both sides prefill the whole prompt
         t0 = time.perf_counter()
-        session = engine.start(prompt)
+        session = eng.start(prompt)
         session.sample(greedy)
         ttft = time.perf_counter() - t0
         t1 = time.perf_counter()
@@ -180,11 +179,11 @@ def llm_bench(cfg: dict) -> dict:
     raw = Llama(
         model_path=model, n_ctx=8192, n_threads=2, n_threads_batch=2, n_batch=256, verbose=False
     )
+    tokens = raw.tokenize(prompt.encode(), add_bos=False, special=True)
 
     def raw_run() -> tuple[float, float]:
         raw.reset()
         t0, first, n = time.perf_counter(), 0.0, 0
-        tokens = raw.tokenize(prompt.encode(), add_bos=False, special=True)
         for _chunk in raw.create_completion(tokens, max_tokens=n_tok, temperature=0.0, stream=True):
             n += 1
             if n == 1:
@@ -192,29 +191,67 @@ def llm_bench(cfg: dict) -> dict:
         end = time.perf_counter()
         return first - t0, (n - 1) / (end - first) if n > 1 else 0.0
 
-    pairs = [(ours(), raw_run()) for _ in range(runs)]  # interleaved, same conditions
-    o_ttft, o_tps = (
-        statistics.median(p[0][0] for p in pairs),
-        statistics.median(p[0][1] for p in pairs),
-    )
-    r_ttft, r_tps = (
-        statistics.median(p[1][0] for p in pairs),
-        statistics.median(p[1][1] for p in pairs),
-    )
-    out["node_engine"] = {"ttft_s": o_ttft, "tok_s": o_tps}
-    out["raw"] = {"ttft_s": r_ttft, "tok_s": r_tps}
-    out["tok_s_ratio"], out["ttft_ratio"] = o_tps / r_tps, o_ttft / r_ttft
+    ours(), raw_run()  # warm-up (page cache, threads)
+    o_runs, r_runs = [], []
+    for k in range(runs):  # interleaved, alternating order: same conditions on average
+        if k % 2:
+            r_runs.append(raw_run()), o_runs.append(ours())
+        else:
+            o_runs.append(ours()), r_runs.append(raw_run())
+    med = statistics.median
+    out["node_engine"] = {"ttft_s": med(r[0] for r in o_runs), "tok_s": med(r[1] for r in o_runs)}
+    out["raw"] = {"ttft_s": med(r[0] for r in r_runs), "tok_s": med(r[1] for r in r_runs)}
+    out["tok_s_ratio"] = out["node_engine"]["tok_s"] / out["raw"]["tok_s"]
+    out["ttft_ratio"] = out["node_engine"]["ttft_s"] / out["raw"]["ttft_s"]
     raw.close()
-    print(f"llm: node vs raw done {out['tok_s_ratio']:.2f}", file=sys.stderr, flush=True)
+    print(f"llm: node/raw tok/s {out['tok_s_ratio']:.2f}", file=sys.stderr, flush=True)
+    out["contention"] = contention(engine, ours, cfg)
     out["prefix_reuse"] = prefix_reuse(engine, cfg.get("history_tokens", 4000))
-    print(f"llm: prefix reuse done {out['prefix_reuse']['ratio']:.2f}", file=sys.stderr, flush=True)
+    print(f"llm: prefix reuse {out['prefix_reuse']['ratio']:.2f}", file=sys.stderr, flush=True)
     out["knobs"] = knob_tokens(engine, cfg)
     engine.close()
+    if not cfg.get("quick"):  # the same with a sliding-window cache of n_swa + n_ubatch cells
+        small = LlamaEngine(
+            LlamaConfig(model, n_ctx=8192, n_threads=2, extra={"swa_full": False})
+        ).load()
+        out["prefix_reuse_swa_small"] = prefix_reuse(small, cfg.get("history_tokens", 4000))
+        small.close()
     return out
 
 
+def contention(engine, ours, cfg: dict) -> dict:
+    """Decode tok/s with 2 vs 1 llama.cpp threads, alone and next to one busy process (what the
+    ASR or TTS thread does to the LLM on 2 cores)."""
+    import subprocess
+
+    res = {}
+    for label, busy in (("alone", False), ("one_core_busy", True)):
+        hog = None
+        if busy:
+            hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        try:
+            for threads in (2, 1):
+                _set_threads(engine.llm, threads)
+                res[f"{label}_threads{threads}_tok_s"] = statistics.median(
+                    ours()[1] for _ in range(max(1, cfg.get("llm_runs", 3) - 1))
+                )
+        finally:
+            if hog is not None:
+                hog.kill()
+                hog.wait()
+    _set_threads(engine.llm, 2)
+    return res
+
+
+def _set_threads(llm, n: int) -> None:
+    from llama_cpp import llama_cpp as capi
+
+    capi.llama_set_n_threads(llm._ctx.ctx, n, n)
+
+
 def prefix_reuse(engine, history_tokens: int) -> dict:
-    """TTFT of a new user turn after ~history_tokens of cached history vs with no history."""
+    """TTFT of a new user turn after ~history_tokens of cached history vs with no history
+    (both with the system prompt and the history already in the KV cache, as in a conversation)."""
     from bolt_agent.core.llm_engine import SamplingParams
 
     greedy, knobs, tpl = (
@@ -237,11 +274,7 @@ def prefix_reuse(engine, history_tokens: int) -> dict:
     res = {}
     for name, hist in (("empty", []), ("history", history)):
         engine.llm.reset()
-        ttft([system, *hist, {"role": "user", "content": "Warm-up question?"}])  # cache prefix
-        cold = None
-        if name == "history":
-            engine.llm.reset()
-            cold = ttft([system, *hist, {"role": "user", "content": "Warm-up question?"}])
+        cold = ttft([system, *hist, {"role": "user", "content": "Warm-up question?"}])
         warm = [
             ttft([system, *hist, {"role": "user", "content": q}])
             for q in ("What time is it?", "Where is the cup?", "Can you dance?")
@@ -250,7 +283,7 @@ def prefix_reuse(engine, history_tokens: int) -> dict:
             "ttft_s": statistics.median(w[0] for w in warm),
             "prompt_tokens": warm[0][1],
             "reused_tokens": warm[0][2],
-            "cold_ttft_s": cold[0] if cold else None,
+            "cold_ttft_s": cold[0],
         }
     res["ratio"] = res["history"]["ttft_s"] / res["empty"]["ttft_s"]
     return res

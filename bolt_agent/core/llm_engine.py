@@ -12,7 +12,6 @@ import os
 import threading
 import time
 from abc import ABC, abstractmethod
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -134,27 +133,20 @@ class LlamaEngine(TextEngine):
         path = Path(self.config.model_path)
         if not path.is_file():
             raise EngineError(f"LLM model file not found: {path}")
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # no spinning threads on 2 cores
         from llama_cpp import Llama
 
-        exact = nullcontext()
-        if self.config.speculative != "none":  # batched verification == single-token decoding
-            from bolt_agent.core.speculative import batch_invariant_weights
-
-            exact = batch_invariant_weights()
         t0 = time.monotonic()
         try:
-            with exact:
-                self._llm = Llama(
-                    model_path=str(path),
-                    n_ctx=self.config.n_ctx,
-                    n_gpu_layers=self.config.n_gpu_layers,
-                    n_threads=self.config.n_threads,
-                    n_threads_batch=self.config.n_threads,
-                    n_batch=self.config.n_batch,
-                    verbose=False,
-                    **self.config.extra,
-                )
+            self._llm = Llama(
+                model_path=str(path),
+                n_ctx=self.config.n_ctx,
+                n_gpu_layers=self.config.n_gpu_layers,
+                n_threads=self.config.n_threads,
+                n_threads_batch=self.config.n_threads,
+                n_batch=self.config.n_batch,
+                verbose=False,
+                **self.config.extra,
+            )
         except (ValueError, RuntimeError) as exc:
             raise EngineError(f"cannot load {path}: {exc}") from exc
         self.load_s = time.monotonic() - t0

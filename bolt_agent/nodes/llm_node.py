@@ -57,6 +57,13 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     "n_threads": (2, "CPU threads for llama.cpp"),
     "n_batch": (256, "prompt batch size"),
     "chat_template": ("", "Jinja chat template override ('' = GGUF's own, else bundled)"),
+    "speculative": (
+        "none",
+        "none | dflash | ngram | draft_model (falls back with a logged reason)",
+    ),
+    "draft_model": ("", "DFlash drafter or draft GGUF: model name or path"),
+    "spec_n_max": (7, "draft tokens per speculative step"),
+    "spec_p_min": (0.0, "stop a draft below this drafter probability"),
     "profile": ("reachy_mini", "persona + tools: config/profiles/<name>.yaml"),
     "temperature": (1.0, "sampling temperature (seed default 1.0)"),
     "top_p": (0.95, "nucleus sampling (seed default 0.95)"),
@@ -104,6 +111,8 @@ class LlmNode(LifecycleNode):
         try:
             profile = load_profile(self.p("profile"))
             model_path = resolve_model(self.p("model"), kind="llm")
+            draft = self.p("draft_model")
+            draft_path = str(resolve_model(draft, kind="drafter")) if draft else ""
             self.engine = LlamaEngine(
                 LlamaConfig(
                     model_path=str(model_path),
@@ -112,6 +121,10 @@ class LlmNode(LifecycleNode):
                     n_threads=self.p("n_threads"),
                     n_batch=self.p("n_batch"),
                     chat_template=self.p("chat_template"),
+                    speculative=self.p("speculative"),
+                    draft_model=draft_path,
+                    spec_n_max=self.p("spec_n_max"),
+                    spec_p_min=self.p("spec_p_min"),
                 )
             ).load()
         except (ModelNotFoundError, EngineError, FileNotFoundError, ValueError) as exc:
@@ -143,6 +156,8 @@ class LlmNode(LifecycleNode):
             f"{self.engine.chat_template.name}, constrained: {constrained}, profile: "
             f"{profile.name}, tools: {profile.registry.names})"
         )
+        if self.engine.speculation is not None:
+            self.get_logger().info(f"speculative decoding: {self.engine.speculation.summary()}")
         return TransitionCallbackReturn.SUCCESS
 
     def _make_entities(self) -> None:

@@ -16,15 +16,13 @@ first (``gguf_check``), and every mode needs a target whose cache can drop its l
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as LlamaEngine: set before ggml loads
 from llama_cpp import llama_cpp as capi
 
 from bolt_agent.core.speculative.decoder import Drafter, SpecSession
 from bolt_agent.core.speculative.gguf_check import DrafterError
-from bolt_agent.core.speculative.native import batch_invariant_weights, kv_cache_bytes
+from bolt_agent.core.speculative.native import kv_cache_bytes
 
 __all__ = [
     "MODES",
@@ -33,7 +31,6 @@ __all__ = [
     "SpeculationInfo",
     "SpeculationUnavailable",
     "Speculator",
-    "batch_invariant_weights",
     "build_speculator",
 ]
 

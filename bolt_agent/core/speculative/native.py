@@ -3,38 +3,11 @@
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import numpy as np
 from llama_cpp import llama_cpp as capi
 
 from bolt_agent.core.speculative.gguf_check import DrafterError
-
-
-@contextmanager
-def batch_invariant_weights() -> Iterator[None]:
-    """Load models inside this block without CPU weight repacking (``use_extra_bufts=False``).
-
-    The repacked CPU layouts (e.g. Q4_K -> Q4_K_8x8) run batches of 4+ rows through a GEMM whose
-    rounding differs from the single-row GEMV: logits of a verified row then differ from the
-    plain decode of the same token (by ~0.5 on gemma-3-270m Q4_K_M) and greedy ties flip. Without
-    repacking, row results do not depend on the batch size. Same speed on this CPU; weights on a
-    GPU are never repacked. ``llama_cpp.Llama`` has no parameter for it, hence this patch of its
-    default model parameters, for the duration of the block.
-    """
-    original = capi.llama_model_default_params
-
-    def params():
-        p = original()
-        p.use_extra_bufts = False
-        return p
-
-    capi.llama_model_default_params = params
-    try:
-        yield
-    finally:
-        capi.llama_model_default_params = original
 
 
 def load_model(path: str, n_gpu_layers: int):
