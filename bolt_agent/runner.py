@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 
 import rclpy
 import yaml
@@ -56,7 +57,7 @@ def run_stack(args) -> int:
             f"{'sim' if spec.sim else 'devices'} — Ctrl-C to stop"
         )
         if args.text:
-            rc = _repl(nodes[0], console, stop)
+            rc = _repl(monitor, monitor, console, stop)
         elif user:
             rc = _demo(user, demo_lines(spec.profile)[: args.turns or None], console, stop)
         else:
@@ -83,13 +84,23 @@ def _demo(user: ScriptedUser, lines: list[str], console: Console, stop: threadin
     return 1 if failures else 0
 
 
-def _repl(node, console: Console, stop: threading.Event) -> int:
+def _repl(node, monitor: ConsoleMonitor, console: Console, stop: threading.Event) -> int:
+    """Each typed line is a user utterance (teleop/prompt); waits for the robot's answer."""
     pub = node.create_publisher(String, "teleop/prompt", RELIABLE)
+    deadline = time.monotonic() + 10
+    while pub.get_subscription_count() == 0 and time.monotonic() < deadline:
+        stop.wait(0.05)  # the LLM's subscription must match before the first line is sent
     console.print("type to the robot (empty line or Ctrl-D to quit)")
     for line in sys.stdin:
         if not line.strip() or stop.is_set():
             break
+        done_before = sum("turn_end" in r.stamps for r in list(monitor.records.values()))
         pub.publish(String(data=line.strip()))
+        deadline = time.monotonic() + 120
+        while not stop.is_set() and time.monotonic() < deadline:
+            if sum("turn_end" in r.stamps for r in list(monitor.records.values())) > done_before:
+                break
+            stop.wait(0.05)
     return 0
 
 
