@@ -7,102 +7,14 @@ The daemon runs under a private runtime directory (never the user's), is reached
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import subprocess
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-SINKS = ("robot_speaker", "user_mouth")
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.02)  # polling interval of a condition wait, not a fixed delay
-
-
-@dataclass
-class PulseServer:
-    runtime_dir: Path
-    pid: int = 0
-    base_env: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def start(cls, root: Path, sinks: tuple[str, ...] = SINKS) -> PulseServer:
-        if shutil.which("pulseaudio") is None:
-            raise RuntimeError("pulseaudio is not installed (Debian package 'pulseaudio')")
-        runtime = root / "pulse-runtime"
-        (runtime / "pulse").mkdir(parents=True, exist_ok=True)
-        home = root / "pulse-home"
-        home.mkdir(exist_ok=True)
-        env = {
-            "XDG_RUNTIME_DIR": str(runtime),
-            "PULSE_RUNTIME_PATH": str(runtime / "pulse"),
-            "PULSE_SERVER": f"unix:{runtime / 'pulse' / 'native'}",
-        }
-        args = [
-            "pulseaudio",
-            "-D",
-            "-n",
-            "--exit-idle-time=-1",
-            "--use-pid-file=yes",
-            "--load=module-native-protocol-unix auth-anonymous=1",
-            *[f"--load=module-null-sink sink_name={s} rate=48000" for s in sinks],
-        ]
-        daemon_env = {**os.environ, **env, "HOME": str(home)}
-        subprocess.run(args, env=daemon_env, check=True, capture_output=True, timeout=30)
-        server = cls(runtime, base_env=env)
-        pid_file = runtime / "pulse" / "pid"
-        wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 10, "pulseaudio pid")
-        server.pid = int(pid_file.read_text().strip())
-        wait_for(server.ready, 10, "pulseaudio to answer")
-        return server
-
-    def env(self, sink: str | None = None, source: str | None = None) -> dict[str, str]:
-        """Environment for a process whose default output/input should be these."""
-        env = dict(self.base_env)
-        if sink:
-            env["PULSE_SINK"] = sink
-        if source:
-            env["PULSE_SOURCE"] = source
-        return env
-
-    def pactl(self, *args: str) -> str:
-        out = subprocess.run(
-            ["pactl", *args],
-            env={**os.environ, **self.base_env},
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        return out.stdout
-
-    def ready(self) -> bool:
-        try:
-            return "robot_speaker" in self.pactl("list", "short", "sinks")
-        except subprocess.TimeoutExpired:
-            return False
-
-    def stop(self) -> None:
-        if not self.pid:
-            return
-        try:
-            os.kill(self.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            wait_for(lambda: not Path(f"/proc/{self.pid}").exists(), 10, "pulseaudio to exit")
-        except AssertionError:
-            os.kill(self.pid, signal.SIGKILL)
+from bolt_agent.pulse_server import PulseServer, wait_for  # noqa: F401 - re-exported for tests
 
 
 @pytest.fixture(scope="session")
