@@ -1,6 +1,6 @@
 """`bolt-agent bench`: voice-to-voice latency over real audio devices, overheads, LLM, memory.
 
-    bolt-agent bench [--turns 20] [--out bench_results/bench.json] [--quick]
+    bolt-agent bench [--turns 20] [--out bench_out/bench.json] [--quick]
 
 Writes the JSON (seconds, ratios, MB), a markdown table (.md) and two plots (_stages.png,
 _cdf.png). Parts, in order, so they never compete for the 2 cores: the acoustic voice loop
@@ -88,8 +88,15 @@ def run_bench(args) -> int:
     }
     print(f"voice loop: {args.turns} turns over PulseAudio null sinks (work dir {work})")
     overrides = parse_overrides(args.set)
+    if args.quick:  # smoke run: one model step per turn (first audio comes before any tool call)
+        overrides.setdefault("llm_node", {}).setdefault("max_steps", 1)
+        overrides["llm_node"].setdefault("max_new_tokens", 48)
     result["overrides"] = overrides
-    loop = run_voice_loop(work, args.turns, overrides=overrides, log=print)
+    host = {"switch_interval": args.switch_interval} if args.switch_interval else {}
+    result["host"] = host
+    loop = run_voice_loop(
+        work, args.turns, overrides=overrides, log=lambda m: print(m, flush=True), host=host
+    )
     turns = [asdict(t) for t in loop["turns"]]
     v2v = [t["v2v_s"] for t in turns if t["v2v_s"] is not None]
     result["turns"] = turns
@@ -134,7 +141,7 @@ def run_bench(args) -> int:
         "quick": args.quick,
     }
     if args.quick:
-        cfg["wavs"] = cfg["wavs"][:2]
+        cfg["wavs"] = cfg["wavs"][:1]
     (work / "offline_in.json").write_text(json.dumps(cfg))
     print("raw libraries, LLM and speech benchmarks (no ROS)…")
     with open(work / "offline.log", "w") as log:
@@ -199,7 +206,7 @@ def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
 def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="voice-to-voice latency, overheads, LLM and memory benchmark")
     p.add_argument("--turns", type=int, default=20, help="acoustic voice turns (>= 20 for p90)")
-    p.add_argument("--out", default="bench_results/bench.json", help="JSON output (.md/.png next)")
+    p.add_argument("--out", default="bench_out/bench.json", help="JSON output (.md/.png next)")
     p.add_argument(
         "--quick", action="store_true", help="smoke run: short LLM/prefix benches, no speech bench"
     )
@@ -214,5 +221,12 @@ def add_parser(sub) -> None:
         "--loop-only",
         action="store_true",
         help="only the voice loop (+ memory): for comparing parameter variants",
+    )
+    p.add_argument(
+        "--switch-interval",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="experiment: sys.setswitchinterval in the stack process (GIL hand-over)",
     )
     p.set_defaults(func=run_bench)

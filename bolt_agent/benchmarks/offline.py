@@ -205,10 +205,12 @@ def llm_bench(cfg: dict) -> dict:
     out["ttft_ratio"] = out["node_engine"]["ttft_s"] / out["raw"]["ttft_s"]
     raw.close()
     print(f"llm: node/raw tok/s {out['tok_s_ratio']:.2f}", file=sys.stderr, flush=True)
-    out["contention"] = contention(engine, ours, cfg)
+    if not cfg.get("quick"):
+        out["contention"] = contention(engine, ours, cfg)
     out["prefix_reuse"] = prefix_reuse(engine, cfg.get("history_tokens", 4000))
     print(f"llm: prefix reuse {out['prefix_reuse']['ratio']:.2f}", file=sys.stderr, flush=True)
-    out["knobs"] = knob_tokens(engine, cfg)
+    if not cfg.get("quick"):
+        out["knobs"] = knob_tokens(engine, cfg)
     engine.close()
     if not cfg.get("quick"):  # the same with a sliding-window cache of n_swa + n_ubatch cells
         small = LlamaEngine(

@@ -33,8 +33,13 @@ def main(argv: list[str]) -> int:
     from bolt_agent.stack import StackSpec, build_stack, make_node  # noqa: F401
 
     cfg = json.loads(argv[0]) if argv else {}
+    if cfg.get("switch_interval"):  # experiment: the GIL hand-over period (default 5 ms)
+        sys.setswitchinterval(float(cfg["switch_interval"]))
     spec = StackSpec(
-        profile=cfg.get("profile", "reachy_mini"), sim=False, overrides=cfg.get("overrides", {})
+        profile=cfg.get("profile", "reachy_mini"),
+        sim=False,
+        overrides=cfg.get("overrides", {}),
+        nodes=cfg.get("nodes", []),
     )
     rclpy.init()
     base = rss_mb()

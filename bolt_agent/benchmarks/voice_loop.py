@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import wave
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +67,7 @@ class TurnOutcome:
     stamps: dict[str, float] = field(default_factory=dict)  # wall seconds
     counters: dict[str, float] = field(default_factory=dict)
     error: str = ""
+    tts_speaking_at_play: list[str] = field(default_factory=list)  # turns still "speaking"
     v2v_s: float | None = None
     stages_s: dict[str, float] = field(default_factory=dict)
 
@@ -98,6 +99,8 @@ class _Proc:
     """A helper process speaking line-based text on stdin/stdout."""
 
     def __init__(self, args: list[str], env: dict[str, str], log: Path):
+        import queue
+
         self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, *args],
@@ -108,19 +111,28 @@ class _Proc:
             text=True,
             start_new_session=True,
         )
+        self._lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        for line in self.proc.stdout:
+            self._lines.put(line.strip())
+        self._lines.put("")  # EOF
 
     def send(self, line: str) -> None:
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
 
     def read(self, timeout: float) -> str:
-        box: list[str] = []
-        t = threading.Thread(target=lambda: box.append(self.proc.stdout.readline()), daemon=True)
-        t.start()
-        t.join(timeout)
-        if not box or not box[0]:
+        import queue
+
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            line = ""
+        if not line:
             raise TimeoutError(f"no answer from {self.proc.args[1:3]} within {timeout:.0f}s")
-        return box[0].strip()
+        return line
 
     def stop(self, timeout: float = 20.0) -> None:
         if self.proc.poll() is None:
@@ -155,7 +167,8 @@ class Listener:
         self.finals: list = []
         self.vad_end: dict[str, float] = {}
         self.metrics: dict[str, dict] = {}
-        self.tts: dict[str, bool] = {}
+        self.tts: dict[str, tuple[bool, float]] = {}  # turn → (speaking, arrival)
+        self.turn_end: dict[str, float] = {}  # turn → arrival of the LLM's turn_end
         self.first_sentence: dict[str, str] = {}
         n = self.node
         n.create_subscription(Transcript, "asr/transcript", self._on_text, RELIABLE)
@@ -165,8 +178,13 @@ class Listener:
         n.create_subscription(SpokenText, "speech/say", self._on_say, RELIABLE)
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(n)
-        self._spin = threading.Thread(target=self.executor.spin, daemon=True)
+        self._stop = threading.Event()
+        self._spin = threading.Thread(target=self._spin_loop, daemon=True)
         self._spin.start()
+
+    def _spin_loop(self) -> None:
+        while not self._stop.is_set():
+            self.executor.spin_once(timeout_sec=0.1)
 
     def _notify(self, fn) -> None:
         with self.lock:
@@ -194,11 +212,13 @@ class Listener:
                 if getattr(msg, c):
                     rec["counters"][c] = float(getattr(msg, c))
             rec.setdefault("sources", []).append(msg.source)
+            if msg.turn_end.sec:
+                self.turn_end.setdefault(msg.turn_id, time.time())
 
         self._notify(merge)
 
     def _on_tts(self, msg) -> None:
-        self._notify(lambda: self.tts.__setitem__(msg.turn_id, msg.speaking))
+        self._notify(lambda: self.tts.__setitem__(msg.turn_id, (msg.speaking, time.time())))
 
     def _on_say(self, msg) -> None:
         if msg.text:
@@ -217,13 +237,20 @@ class Listener:
     def close(self) -> None:
         import rclpy
 
-        self.executor.shutdown()
+        self._stop.set()
+        self._spin.join(timeout=5)
+        self.executor.shutdown(timeout_sec=2)
         self.node.destroy_node()
         rclpy.try_shutdown()
 
 
 def run_voice_loop(
-    work: Path, turns: int, overrides: dict | None = None, profile: str = "reachy_mini", log=print
+    work: Path,
+    turns: int,
+    overrides: dict | None = None,
+    profile: str = "reachy_mini",
+    log=print,
+    host: dict | None = None,
 ) -> dict:
     """Run ``turns`` acoustic turns; returns per-turn outcomes, stack RSS and the recording."""
     utts = make_utterances(work, min(turns, len(UTTERANCES)))
@@ -243,7 +270,7 @@ def run_voice_loop(
             work / "player.log",
         )
         procs.append(player)
-        cfg = json.dumps({"profile": profile, "overrides": overrides or {}})
+        cfg = json.dumps({"profile": profile, "overrides": overrides or {}, **(host or {})})
         stack = _Proc(
             ["-m", "bolt_agent.benchmarks.stack_host", cfg],
             pulse.env(sink="robot_speaker", source="user_mouth.monitor"),
@@ -256,7 +283,12 @@ def run_voice_loop(
         if ready["event"] != "ready":
             raise RuntimeError(f"stack failed to start: {ready['failed']} (see {work}/stack.log)")
         listener = Listener()
-        outcomes = [_turn(i, utts[i % len(utts)], player, listener, log) for i in range(turns)]
+        outcomes = []
+        with open(work / "turns.jsonl", "w") as saved:  # kept even if a later step fails
+            for i in range(turns):
+                outcomes.append(_turn(i, utts[i % len(utts)], player, listener, log))
+                saved.write(json.dumps(asdict(outcomes[-1]), ensure_ascii=False) + "\n")
+                saved.flush()
         stack.send("rss")
         rss_end = json.loads(stack.read(30))["rss"]
         rec.send("flush")
@@ -282,6 +314,7 @@ def _turn(i: int, utt: Utterance, player: _Proc, lis: Listener, log) -> TurnOutc
     out = TurnOutcome(i, utt.text)
     with lis.lock:
         seen = len(lis.finals)
+        out.tts_speaking_at_play = [t for t, (speaking, _) in lis.tts.items() if speaking]
     player.send(f"play {utt.path}")
     out.play_wall = float(player.read(10).split()[1])
     player.read(30)
@@ -294,10 +327,15 @@ def _turn(i: int, utt: Utterance, player: _Proc, lis: Listener, log) -> TurnOutc
     out.transcript = final[1]
 
     def finished():
-        m = lis.metrics.get(uid)
-        if m and "turn_end" in m["stamps"] and not lis.tts.get(uid, False):
-            return True
-        return None
+        """The LLM ended the turn and the TTS said all of it: a TtsState with speaking=false
+        that arrived after turn_end (the end-of-turn marker reached the TTS), or no speech."""
+        end = lis.turn_end.get(uid)
+        if end is None:
+            return None
+        speaking, at = lis.tts.get(uid, (False, 0.0))
+        if uid not in lis.first_sentence and time.time() - end > 1.0:
+            return True  # nothing was said in this turn
+        return True if (not speaking and at >= end - 0.3) else None  # is_last precedes turn_end
 
     if lis.wait(finished, 90) is None:
         out.error = "turn did not finish within 90 s"
@@ -306,8 +344,8 @@ def _turn(i: int, utt: Utterance, player: _Proc, lis: Listener, log) -> TurnOutc
         out.stamps, out.counters = dict(m["stamps"]), dict(m["counters"])
         out.vad_end_wall = lis.vad_end.get(uid, 0.0)
         out.first_sentence = lis.first_sentence.get(uid, "")
-    log(f"turn {i}: “{out.transcript}” → “{out.first_sentence}”")
-    time.sleep(0.3)  # a short pause between turns, like a person (not a synchronisation wait)
+    log(f"turn {i}: “{out.transcript}” → “{out.first_sentence.strip()[:80]}”")
+    time.sleep(0.5)  # a short pause between turns, like a person (not a synchronisation wait)
     return out
 
 
