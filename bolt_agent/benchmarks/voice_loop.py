@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from bolt_agent.benchmarks.audio_procs import RATE, read_recording
-from bolt_agent.benchmarks.pulse import PulseServer
+from bolt_agent.benchmarks.pulse import start_bench_pulse
 
 THRESHOLD = 0.01  # |x| above this is "non-silent" (as test/audio_fixtures)
 LEAD_S = 0.3
@@ -254,7 +254,7 @@ def run_voice_loop(
 ) -> dict:
     """Run ``turns`` acoustic turns; returns per-turn outcomes, stack RSS and the recording."""
     utts = make_utterances(work, min(turns, len(UTTERANCES)))
-    pulse = PulseServer.start(work)
+    pulse = start_bench_pulse(work)
     procs: list[_Proc] = []
     listener = None
     try:

@@ -95,12 +95,12 @@ class Dialogue:
     # --- budgeting -----------------------------------------------------------------------------
     def fit(self, prompt_tokens: Callable[[list[dict[str, Any]]], int], limit: int) -> int:
         """Drop the oldest turns (never the system prompt or the current turn) until the rendered
-        prompt takes at most `limit` tokens. When dropping, go down to 3/4 of the limit so the
+        prompt takes at most `limit` tokens. When dropping, go down to 60 % of the limit so the
         cached prefix stays valid for several turns. Returns the prompt's token count."""
         count = prompt_tokens(self.messages())
         if count <= limit:
             return count
-        target = limit * 3 // 4
+        target = limit * 3 // 5
         while count > target and len(self.turns) > 1:
             self.turns.pop(0)
             self.dropped_turns += 1

@@ -107,7 +107,8 @@ class LlamaConfig:
     model_path: str
     n_ctx: int = 4096
     n_gpu_layers: int = 0
-    n_threads: int = 2
+    n_threads: int = 2  # decode
+    n_threads_batch: int = 0  # prefill (0 = n_threads)
     n_batch: int = 256
     chat_template: str = ""  # '' = the GGUF's own, else the bundled Bolt template
     extra: dict = field(default_factory=dict)  # passed to llama_cpp.Llama
@@ -142,7 +143,7 @@ class LlamaEngine(TextEngine):
                 n_ctx=self.config.n_ctx,
                 n_gpu_layers=self.config.n_gpu_layers,
                 n_threads=self.config.n_threads,
-                n_threads_batch=self.config.n_threads,
+                n_threads_batch=self.config.n_threads_batch or self.config.n_threads,
                 n_batch=self.config.n_batch,
                 verbose=False,
                 **self.config.extra,

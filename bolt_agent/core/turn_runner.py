@@ -163,7 +163,9 @@ class TurnRunner:
 
     def _run_step(self, request, choice, sink, generation, seq, result):
         cfg, knobs = self.config, request.knobs
-        tools = self.registry.as_openai() if choice != "none" else None
+        # the same declarations in every step: a stable prompt prefix keeps the KV cache valid
+        # across steps and turns; the grammar and the step's validator enforce `choice`
+        tools = self.registry.as_openai() or None
         reserve = cfg.reserve_tokens or cfg.max_new_tokens
         limit = max(self.engine.n_ctx - reserve, 1)
 
@@ -250,6 +252,8 @@ class TurnRunner:
     def _handle(self, events, turn_id, sink, seq, step, calls, result) -> int:
         for ev in events:
             if isinstance(ev, Sentence):
+                if not any(c.isalnum() for c in ev.text):
+                    continue  # markup or punctuation only: nothing a voice could say
                 sink.on_sentence(turn_id, seq, ev.text)
                 seq += 1
             elif isinstance(ev, SpeechDelta):

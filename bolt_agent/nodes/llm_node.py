@@ -54,7 +54,8 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     "model": ("", "model name from config/models.yaml or a GGUF path ('' = default llm)"),
     "n_ctx": (4096, "context window (up to 65536 for Bolt E4B)"),
     "n_gpu_layers": (0, "layers offloaded to the GPU (-1 = all; Jetson)"),
-    "n_threads": (2, "CPU threads for llama.cpp"),
+    "n_threads": (2, "CPU threads for llama.cpp decoding"),
+    "n_threads_batch": (0, "CPU threads for prompt prefill (0 = n_threads)"),
     "n_batch": (256, "prompt batch size"),
     "chat_template": ("", "Jinja chat template override ('' = GGUF's own, else bundled)"),
     "speculative": (
@@ -119,6 +120,7 @@ class LlmNode(LifecycleNode):
                     n_ctx=self.p("n_ctx"),
                     n_gpu_layers=self.p("n_gpu_layers"),
                     n_threads=self.p("n_threads"),
+                    n_threads_batch=self.p("n_threads_batch"),
                     n_batch=self.p("n_batch"),
                     chat_template=self.p("chat_template"),
                     speculative=self.p("speculative"),
