@@ -87,14 +87,29 @@ def test_grammar_follows_tool_choice(reachy):
     assert '"\\"trigger_reachy_animation\\""' in named
     with pytest.raises(ValueError, match="unknown tool"):
         build_grammar(reg, "fly")
+    # strings in calls cannot hide a marker such as </tool_call>; speech starts speakably
+    npc = load_profile("blacksmith_npc").registry
+    grammar = build_grammar(npc, "sell_to_player")
+    assert r'char ::= [^"\\<]' in grammar
+    assert '"1" | "2"' in grammar  # quantity 1..10 as an exact enum
+    assert "speech ::= [A-Za-z0-9" in named
 
 
-def test_grammar_is_accepted_by_llama_cpp(reachy):
-    from llama_cpp import llama_cpp as capi  # noqa: F401 - loads the shared library
-    from llama_cpp.llama_grammar import LlamaGrammar
+def test_grammars_compile_in_llama_cpp():
+    """llama.cpp parses every grammar (NULL sampler = a parse error)."""
+    from llama_cpp import Llama
+    from llama_cpp import llama_cpp as capi
 
-    for choice in ("auto", "none", "required", "trigger_reachy_animation"):
-        assert LlamaGrammar.from_string(build_grammar(reachy.registry, choice))
+    from bolt_agent.core.models import resolve_model
+
+    vocab = Llama(str(resolve_model("", kind="llm")), vocab_only=True, verbose=False)
+    for profile in ("reachy_mini", "blacksmith_npc"):
+        registry = load_profile(profile).registry
+        for choice in ("auto", "none", "required", registry.names[0]):
+            grammar = build_grammar(registry, choice).encode()
+            sampler = capi.llama_sampler_init_grammar(vocab._model.vocab, grammar, b"root")
+            assert sampler, (profile, choice)
+            capi.llama_sampler_free(sampler)
 
 
 def test_interruption_keeps_only_what_was_said():

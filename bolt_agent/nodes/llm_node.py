@@ -331,6 +331,7 @@ class LlmNode(LifecycleNode):
                 self.get_logger().info(
                     f"turn {turn_id}: {result.steps} step(s), {result.completion_tokens} tokens, "
                     f"tools {result.tool_calls}{' (cancelled)' if result.cancelled else ''}"
+                    + (f", tool errors {result.errors}" if result.errors else "")
                 )
                 done.set_result(result)
             finally:
