@@ -33,7 +33,7 @@ fi
 if [[ ! -x "$VENV/bin/python" ]]; then
   log "creating .venv with $PY"
   "$PY" -m venv "$VENV"
-  "$VENV/bin/pip" install -q --upgrade pip
+  "$VENV/bin/pip" install -q --upgrade pip 2> >(grep -v "is ignored: it is neither" >&2)
 fi
 
 # 3. Locked requirements. llama-cpp-python compiles from source (~6 min on 2 cores; pip caches the
