@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from concurrent.futures import Future
-
 import pytest
 
 from bolt_agent.core.chat_template import Knobs
@@ -13,36 +11,7 @@ from bolt_agent.core.models import resolve_model
 from bolt_agent.core.profile import load_profile
 from bolt_agent.core.scripted_engine import ScriptedEngine
 from bolt_agent.core.turn_runner import RunnerConfig, ToolResult, TurnRequest, TurnRunner
-
-
-class RecordingSink:
-    def __init__(self, result_for=lambda name, args: ToolResult(ok=True, result={"ok": True})):
-        self.events: list[tuple] = []
-        self.result_for = result_for
-
-    def on_first_token(self, turn_id):
-        self.events.append(("first",))
-
-    def on_thinking(self, turn_id, text):
-        self.events.append(("think", text))
-
-    def on_speech_delta(self, turn_id, text):
-        self.events.append(("delta", text))
-
-    def on_sentence(self, turn_id, seq, text):
-        self.events.append(("sentence", seq, text))
-
-    def dispatch(self, turn_id, name, arguments):
-        self.events.append(("dispatch", name, arguments))
-        f = Future()
-        f.set_result(self.result_for(name, arguments))
-        return f
-
-    def on_turn_end(self, turn_id, seq, result):
-        self.events.append(("end", seq))
-
-    def kinds(self):
-        return [e[0] for e in self.events if e[0] in ("sentence", "dispatch")]
+from turn_sinks import RecordingSink
 
 
 @pytest.fixture(scope="module")

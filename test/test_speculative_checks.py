@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tiny_gguf import DrafterSpec, TargetSpec, truncate, write_drafter, write_target
 
 from bolt_agent.core.speculative import SpecConfig, build_speculator
 from bolt_agent.core.speculative.gguf_check import (
@@ -14,6 +13,7 @@ from bolt_agent.core.speculative.gguf_check import (
     read_drafter,
 )
 from bolt_agent.core.speculative.ngram import lookup
+from tiny_gguf import DrafterSpec, TargetSpec, truncate, write_drafter, write_target
 
 LLAMA3 = TargetInfo(arch="llama", n_layer=3, n_embd=64, n_vocab=354)
 

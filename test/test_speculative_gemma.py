@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from llama_cpp import llama_cpp as capi
-from tiny_gguf import DrafterSpec, Sink, generate, runner_for, write_drafter
 
 from bolt_agent.core.chat_template import Knobs
 from bolt_agent.core.llm_engine import LlamaConfig, LlamaEngine, SamplingParams
@@ -13,6 +12,7 @@ from bolt_agent.core.models import resolve_model
 from bolt_agent.core.output_parser import _THINK
 from bolt_agent.core.speculative.decoder import PHASE_MARKERS
 from bolt_agent.core.turn_runner import TurnRequest
+from tiny_gguf import DrafterSpec, Sink, generate, runner_for, write_drafter
 
 GREEDY = SamplingParams(temperature=0.0)
 PROMPTS = [

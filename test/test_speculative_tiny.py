@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import pytest
+
+from bolt_agent.core.chat_template import Knobs
+from bolt_agent.core.llm_engine import LlamaConfig, LlamaEngine, SamplingParams
+from bolt_agent.core.speculative import DrafterError, SpecConfig, build_speculator
+from bolt_agent.core.turn_runner import TurnRequest
 from tiny_gguf import (
     MASK_CHAR,
     DrafterSpec,
@@ -14,11 +19,6 @@ from tiny_gguf import (
     write_drafter,
     write_target,
 )
-
-from bolt_agent.core.chat_template import Knobs
-from bolt_agent.core.llm_engine import LlamaConfig, LlamaEngine, SamplingParams
-from bolt_agent.core.speculative import DrafterError, SpecConfig, build_speculator
-from bolt_agent.core.turn_runner import TurnRequest
 
 GREEDY = SamplingParams(temperature=0.0)
 SAMPLED = SamplingParams(temperature=0.8, seed=11)

@@ -14,11 +14,12 @@ Two kinds of weights:
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from turn_sinks import RecordingSink
 
 SPECIALS = ("<unk>", "<s>", "</s>")
 CHARS = [chr(c) for c in range(32, 127)]  # printable ASCII; ' ' is written as '▁'
@@ -235,34 +236,7 @@ def truncate(src: Path, dst: Path, keep: float = 0.6) -> Path:
 
 
 # --- turn helpers (the speculative turn tests) ---------------------------------------------
-class Sink:
-    """Records what a turn streams (the order of deltas, sentences, thoughts and calls)."""
-
-    def __init__(self):
-        self.events: list[tuple] = []
-
-    def on_first_token(self, turn_id):
-        pass
-
-    def on_thinking(self, turn_id, text):
-        self.events.append(("think", text))
-
-    def on_speech_delta(self, turn_id, text):
-        self.events.append(("delta", text))
-
-    def on_sentence(self, turn_id, seq, text):
-        self.events.append(("sentence", seq, text))
-
-    def dispatch(self, turn_id, name, arguments):
-        from bolt_agent.core.turn_runner import ToolResult
-
-        self.events.append(("dispatch", name, arguments))
-        future = Future()
-        future.set_result(ToolResult(ok=True, result={"ok": True}))
-        return future
-
-    def on_turn_end(self, turn_id, seq, result):
-        self.events.append(("end", seq))
+Sink = RecordingSink  # the turn tests' recording sink
 
 
 def runner_for(engine, max_steps: int, max_new_tokens: int):

@@ -26,8 +26,8 @@ from bolt_agent.core.speculative.decoder import Drafter
 from bolt_agent.core.speculative.gguf_check import DrafterError, DrafterInfo, target_info
 from bolt_agent.core.speculative.native import (
     Batch,
+    drafter_memory,
     greedy,
-    kv_cache_bytes,
     load_model,
     meta,
     new_context,
@@ -119,10 +119,7 @@ class DFlashDrafter(Drafter):
         return drafts
 
     def memory(self) -> dict[str, int]:
-        return {
-            "drafter_weights_bytes": int(capi.llama_model_size(self._model)),
-            "drafter_kv_bytes": kv_cache_bytes(self._model, self._llm.n_ctx()),
-        }
+        return drafter_memory(self._model, self._llm.n_ctx())
 
     def close(self) -> None:
         for b in self._batches:

@@ -14,8 +14,8 @@ from bolt_agent.core.speculative.decoder import Drafter
 from bolt_agent.core.speculative.gguf_check import DrafterError, open_gguf
 from bolt_agent.core.speculative.native import (
     Batch,
+    drafter_memory,
     greedy,
-    kv_cache_bytes,
     load_model,
     new_context,
 )
@@ -111,10 +111,7 @@ class DraftModelDrafter(Drafter):
         return drafts
 
     def memory(self) -> dict[str, int]:
-        return {
-            "drafter_weights_bytes": int(capi.llama_model_size(self._model)),
-            "drafter_kv_bytes": kv_cache_bytes(self._model, self._llm.n_ctx()),
-        }
+        return drafter_memory(self._model, self._llm.n_ctx())
 
     def close(self) -> None:
         if self._batch is not None:

@@ -63,6 +63,14 @@ def kv_cache_bytes(model, n_ctx: int, bytes_per_value: int = 2) -> int:
     return int(n_layer) * int(n_ctx) * int(n_head_kv) * (k_len + v_len) * bytes_per_value
 
 
+def drafter_memory(model, n_ctx: int) -> dict[str, int]:
+    """Bytes of a drafter's weights and (estimated) KV cache, for the memory report."""
+    return {
+        "drafter_weights_bytes": int(capi.llama_model_size(model)),
+        "drafter_kv_bytes": kv_cache_bytes(model, n_ctx),
+    }
+
+
 class Batch:
     """A ``llama_batch`` for one sequence: tokens, or embedding rows of width `n_embd`."""
 
