@@ -131,7 +131,12 @@ def run_bench(args) -> int:
     if args.loop_only:
         return _finish(result, out, t_start, v2v)
     # the same utterances through the raw libraries + LLM + speech benches (own process, no ROS)
+    from bolt_agent.stack import StackSpec, effective_params
+
+    spec = StackSpec(sim=False, overrides=overrides)
     cfg = {
+        # the raw pipeline does the same work with the same settings as the stack just did
+        "voice": {n: effective_params(spec, n) for n in ("llm_node", "asr_node", "tts_node")},
         "wavs": [str(p) for p in sorted(work.glob("utt*.wav"))][: max(2, len(v2v))],
         "parts": ["raw", "llm"] if args.quick else ["raw", "llm", "speech"],
         "llm_runs": 1 if args.quick else 3,

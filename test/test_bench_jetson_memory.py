@@ -62,3 +62,15 @@ def test_jetson_profile_prediction():
     assert growth == 4 * 2 * 1024 * 2 * (36864 - 4096)
     assert 3.5 < pred["weights_bytes"] / 1e9 < 5.5
     assert small["total_gb"] < large["total_gb"] < 8.0
+
+
+def test_jetson_profile_runs_what_the_engine_passes_llama_cpp():
+    """The prediction assumes the engine's own settings (llm_node on the Jetson: all layers on the
+    GPU): the physical batch llama.cpp gets, the SWA cache size and flash attention."""
+    from bolt_agent.core.llm_engine import LlamaConfig, LlamaEngine
+
+    runtime = jm.load_profile()["runtime"]
+    kwargs = LlamaEngine(LlamaConfig("bolt.gguf", n_gpu_layers=-1)).llama_kwargs()
+    assert runtime["n_ubatch"] == min(kwargs["n_batch"], kwargs["n_ubatch"])
+    assert runtime["swa_full"] == kwargs["swa_full"]
+    assert runtime["flash_attn"] == kwargs["flash_attn"]

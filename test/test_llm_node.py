@@ -12,7 +12,13 @@ from std_msgs.msg import String
 
 from bolt_agent.nodes.qos import LATCHED, RELIABLE
 from bolt_agent_interfaces.action import Converse, PlayAnimation
-from bolt_agent_interfaces.msg import SpokenText, TtsState, TurnMetrics, VoiceActivity
+from bolt_agent_interfaces.msg import (
+    SpokenText,
+    Transcript,
+    TtsState,
+    TurnMetrics,
+    VoiceActivity,
+)
 from ros_helpers import ros_node, spin_until, wait_for_subscriber
 
 BASE_PARAMS = {
@@ -194,6 +200,31 @@ def test_barge_in_cancels_generation_and_stops_speech(node_process, unique_ns):
         # the node keeps working after the interruption
         rec.prompt.publish(String(data="Are you still there?"))
         spin_until(executor, lambda: rec.turn_over("teleop-2"), 60, "next turn")
+
+
+def test_a_partial_transcript_prefills_the_prompt_before_the_final_starts_the_turn(
+    node_process, unique_ns
+):
+    llm = start_llm(node_process, unique_ns, tool_choice="none", max_steps="1")
+    with ros_node("listener", unique_ns) as (node, executor):
+        rec = Recorder(node, serve_animation=False)
+        asr = node.create_publisher(Transcript, "asr/transcript", RELIABLE)
+        vad = node.create_publisher(VoiceActivity, "asr/voice_activity", RELIABLE)
+        wait_for_subscriber(executor, asr, timeout=60)
+        wait_for_subscriber(executor, vad)
+        # start-up: the system prompt and tool declarations are prefilled before any turn
+        spin_until(executor, lambda: "ahead of the startup" in llm.log(), 30, llm.log())
+        vad.publish(VoiceActivity(utterance_id="u1", speaking=True))
+        spin_until(executor, lambda: "ahead of the u1 (no text)" in llm.log(), 30, llm.log())
+        asr.publish(Transcript(utterance_id="u1", text="What can you see", is_final=False))
+        partial = "ahead of the partial transcript of u1"
+        spin_until(executor, lambda: partial in llm.log(), 30, f"the prefill\n{llm.log()}")
+        assert not rec.said  # neither starts a turn
+        asr.publish(Transcript(utterance_id="u1", text="What can you see?", is_final=True))
+        spin_until(executor, lambda: rec.turn_over("u1"), 60, f"the turn\n{llm.log()}")
+    log = llm.log()
+    assert log.index(partial) < log.index("turn u1:"), log
+    assert llm.alive()
 
 
 def test_missing_model_leaves_the_node_alive_and_unconfigured(node_process, unique_ns):

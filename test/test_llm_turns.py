@@ -85,6 +85,23 @@ def test_prefix_is_reused_across_turns(engine):
     assert stats.reused_tokens >= 0.7 * stats.prompt_tokens, stats
 
 
+def test_prewarm_leaves_the_turn_only_its_last_token_and_keeps_the_history(engine):
+    runner = runner_for(engine, max_steps=1, max_new_tokens=16)
+    knobs = Knobs(enable_thinking=False)
+    runner.run(TurnRequest("t0", "Hello there.", knobs, "none"), RecordingSink())
+    history = runner.dialogue.messages()
+    request = TurnRequest("t1", "What is your name?", knobs, "none")
+    assert runner.prewarm(request) > 5  # the new user message and the generation prompt
+    assert runner.dialogue.messages() == history
+    stats = runner.run(request, RecordingSink()).stats[0]
+    assert stats.prompt_tokens - stats.reused_tokens == 1, stats  # one token for fresh logits
+    # a final that differs from the partial still reuses everything before the difference
+    warmed = runner.prewarm(TurnRequest("t2", "Can you wave at the", knobs, "none"))
+    stats = runner.run(TurnRequest("t2", "Can you wave at me?", knobs, "none"), RecordingSink())
+    new = stats.stats[0].prompt_tokens - stats.stats[0].reused_tokens
+    assert 0 < new < warmed / 2, (warmed, stats.stats[0])  # from "me?" on; the rest was warm
+
+
 def test_cancel_stops_within_one_decode_step(engine):
     runner = runner_for(engine, max_steps=1, max_new_tokens=120, max_speech_chars=200)
     counts = {}
@@ -130,6 +147,14 @@ def scripted_runner(scripts, **cfg):
     return TurnRunner(
         ScriptedEngine(scripts), Dialogue(profile.persona), profile.registry, RunnerConfig(**cfg)
     )
+
+
+def test_prewarm_does_nothing_on_an_engine_without_a_cache():
+    runner = scripted_runner(["Hi there."])
+    assert runner.prewarm(TurnRequest("t1", "hello", Knobs(enable_thinking=False))) == 0
+    assert runner.engine.prompts == []  # the script was not consumed
+    result = runner.run(TurnRequest("t1", "hello", Knobs(enable_thinking=False)), RecordingSink())
+    assert result.spoken_text == "Hi there."
 
 
 def test_tool_errors_are_fed_back_and_the_turn_goes_on():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 
+import numpy as np
 import pytest
 from std_msgs.msg import String
 
@@ -199,3 +200,71 @@ def test_echo_modes_barge_in_and_gate(node_process, unique_ns, speech_wav):  # n
     assert [(m.speaking, m.barge_in) for m in gate_va] == [(True, False), (False, False)]
     assert wer(speech_wav.texts[1], finals("gate")[0].text) <= 0.1
     assert barge_proc.alive() and gate_proc.alive()
+
+
+@pytest.mark.slow
+def test_speculative_final_is_transcribed_before_the_end_of_speech_is_confirmed(
+    node_process,
+    unique_ns,
+    speech_wav,  # noqa: F811
+):
+    """With a long `min_silence_ms`, whisper's speculative result for the silence that began is
+    published (as a partial over exactly the final's span) before the VAD confirms the end, and
+    the final repeats it; with `speculative_final: false` nothing comes before the end."""
+    common = ("audio_source:=topic", "partial_interval_s:=0.0", "min_silence_ms:=1200")
+    spec_proc = start_asr(node_process, unique_ns, *common)
+    plain_proc = start_asr(
+        node_process,
+        unique_ns,
+        *common,
+        "speculative_final:=false",
+        remaps=(
+            "__node:=asr_plain",
+            "asr/voice_activity:=plain/voice_activity",
+            "asr/transcript:=plain/transcript",
+        ),
+    )
+    with ros_node("asr_probe") as (node, ex):
+        seen: dict[str, list] = {"asr": [], "plain": []}
+        for prefix, events in seen.items():
+            for msg_type, leaf in ((VoiceActivity, "voice_activity"), (Transcript, "transcript")):
+                node.create_subscription(
+                    msg_type, f"{unique_ns}/{prefix}/{leaf}", events.append, qos.RELIABLE
+                )
+        status: dict[str, str] = {}
+        for name in ("asr_node", "asr_plain"):
+            node.create_subscription(
+                String,
+                f"{unique_ns}/{name}/status",
+                lambda m, n=name: status.update({n: m.data}),
+                qos.LATCHED,
+            )
+        pub = node.create_publisher(AudioChunk, f"{unique_ns}/audio/input", qos.AUDIO)
+        spin_until(ex, lambda: len(status) == 2, 60, f"both ASR nodes: {status}")
+        spin_until(ex, lambda: pub.get_subscription_count() == 2, 10, "two audio subscribers")
+        pcm = np.concatenate([float_to_int16(speech_wav.audio), np.zeros(16000, np.int16)])
+        t0 = time.monotonic()
+        for i in range(0, len(pcm), CHUNK):
+            spin_until(ex, lambda i=i: time.monotonic() - t0 >= i / 16000, 5, "the next block")
+            pub.publish(
+                AudioChunk(sample_rate=16000, channels=1, samples=pcm[i : i + CHUNK].tolist())
+            )
+
+        def finals(key: str) -> list[Transcript]:
+            return [m for m in seen[key] if isinstance(m, Transcript) and m.is_final]
+
+        n = len(speech_wav.texts)
+        spin_until(ex, lambda: len(finals("asr")) == len(finals("plain")) == n, 30, str(seen))
+
+    assert not [m for m in seen["plain"] if isinstance(m, Transcript) and not m.is_final]
+    events = seen["asr"]
+    for final, text in zip(finals("asr"), speech_wav.texts, strict=True):
+        mine = [e for e in events if e.utterance_id == final.utterance_id]
+        end = next(i for i, e in enumerate(mine) if isinstance(e, VoiceActivity) and not e.speaking)
+        early = [e for e in mine[:end] if isinstance(e, Transcript)]
+        # (a pause inside the sentence may have given an earlier speculative partial too)
+        assert early and not any(e.is_final for e in early), mine
+        assert early[-1].text == final.text and wer(text, final.text) <= 0.1, (early, final)
+        # same span (stamps map sample offsets through the latest block's arrival time)
+        assert secs(early[-1].audio_end) == pytest.approx(secs(final.audio_end), abs=0.1)
+    assert spec_proc.alive() and plain_proc.alive(), spec_proc.log() + plain_proc.log()

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audio_fixtures import speech_wav  # noqa: F401 - fixture
+from audio_fixtures import speech_wav, wer  # noqa: F401 - fixture
 from bolt_agent.core.asr_engine import combine_segments
 from bolt_agent.core.audio_io import (
     DeviceInfo,
@@ -91,6 +91,78 @@ def test_vad_state_machine_min_speech_silence_and_skip():
     assert seg.in_speech
     seg.skip(16000)  # gated: the open utterance is dropped, the position advances
     assert not seg.in_speech and seg.offset == 10 * WINDOW + 16000
+
+
+@pytest.mark.slow
+def test_vad_finds_the_first_word_after_a_long_silence(speech_wav):  # noqa: F811
+    """Silero's state carried over 30 s of silence detects the onset late (here +0.13 s, past
+    the padding: the first word was cut); the idle reset keeps every start before the speech."""
+    silence = np.zeros(16000 * 30, np.float32)
+    audio = np.concatenate([silence, speech_wav.audio, silence, speech_wav.audio])
+    seg = VadSegmenter(VadConfig())
+    events = [e for k in range(0, len(audio), 512) for e in seg.push(audio[k : k + 512])]
+    starts = [e.offset for e in events if isinstance(e, SpeechStart)]
+    second = len(silence) * 2 + len(speech_wav.audio)
+    truth = [len(silence) + a for a, _ in speech_wav.truth] + [
+        second + a for a, _ in speech_wav.truth
+    ]
+    assert len(starts) == len(truth)
+    for start, first in zip(starts, truth, strict=True):
+        assert first - TOLERANCE <= start <= first, (start - first) / 16000
+
+
+def test_vad_pending_end_announces_the_end_and_is_withdrawn_when_speech_resumes():
+    # speech, a 6-window pause (shorter than min_silence), speech, then a long silence
+    probs = [0.9] * 20 + [0.0] * 6 + [0.9] * 10 + [0.0] * 30
+    config = VadConfig(min_speech_ms=150, min_silence_ms=400, speech_pad_ms=64)
+    audio = np.arange(len(probs) * WINDOW, dtype=np.float32)  # sample i holds i
+    seg = VadSegmenter(config, _Scripted(probs))
+    pending: list[tuple[int, int | None]] = []
+    events = []
+    for k in range(len(probs)):
+        events += seg.push(audio[k * WINDOW : (k + 1) * WINDOW])
+        pending.append((k, seg.pending_end))
+    end = next(e for e in events if isinstance(e, SpeechEnd))
+    announced = [e for _, e in pending if e is not None]
+    pause_end = 20 * WINDOW + 1024  # first silent window + 64 ms of padding
+    assert announced[0] == pause_end  # during the short pause…
+    assert pending[27][1] is None  # …withdrawn once speech resumed
+    assert announced[-1] == end.end == 36 * WINDOW + 1024  # the final silence: the real end
+    assert [e for k, e in pending if e is not None and k < 36] == [pause_end] * 5
+    np.testing.assert_array_equal(end.audio, audio[end.start : end.end])
+
+
+def test_first_clause_goes_out_early_only_once():
+    from bolt_agent.core.sentences import SentenceSplitter
+
+    def split(text: str, chars: int) -> list[str]:
+        splitter, out = SentenceSplitter(chars), []
+        for word in text.split(" "):
+            out += splitter.push(word + " ")
+        return out + [x for x in [splitter.flush()] if x]
+
+    text = "Oh, sure, let me look around. Hmm, I see a cup, and 1,000 things."
+    assert split(text, 0) == [
+        "Oh, sure, let me look around.",
+        "Hmm, I see a cup, and 1,000 things.",
+    ]
+    assert split(text, 4) == [
+        "Oh, sure,",  # "Oh," is shorter than 4 characters
+        "let me look around.",
+        "Hmm, I see a cup, and 1,000 things.",
+    ]
+    assert split("Sure: the antenna wave. Done.", 4) == ["Sure:", "the antenna wave.", "Done."]
+
+
+def test_vad_start_padding_keeps_audio_before_the_onset():
+    probs = [0.0] * 20 + [0.9] * 10 + [0.0] * 20
+    config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=32, start_pad_ms=256)
+    seg = VadSegmenter(config, _Scripted(probs))
+    audio = np.arange(len(probs) * WINDOW, dtype=np.float32)
+    start, end = list(seg.process([audio]))
+    assert (start.onset, start.offset) == (20 * WINDOW, 20 * WINDOW - 4096)  # 256 ms earlier
+    assert (end.onset, end.start, end.end) == (20 * WINDOW, 20 * WINDOW - 4096, 30 * WINDOW + 512)
+    np.testing.assert_array_equal(end.audio, audio[end.start : end.end])
 
 
 def test_vad_barge_in_sensitivity():
@@ -194,6 +266,25 @@ def test_paced_sink_plays_in_real_time_and_stops_at_once():
         assert 1600 <= played < 16000 * 5 and not sink.done("b")
     finally:
         sink.close()
+
+
+@pytest.mark.slow
+def test_whisper_encoder_window_gives_the_same_words(speech_wav):  # noqa: F811
+    from bolt_agent.core.asr_engine import FasterWhisperEngine
+    from bolt_agent.core.models import resolve_model
+
+    full = FasterWhisperEngine(resolve_model("", kind="asr"), "cpu", encoder_window_s=30)
+    windowed = FasterWhisperEngine(resolve_model("", kind="asr"), "cpu", encoder_window_s=10)
+    full.load()
+    windowed.load()
+    assert windowed._encoder_frames(16000 * 2) == 1000
+    assert windowed._encoder_frames(16000 * 12) == 1300  # the audio + 1 s
+    assert windowed._encoder_frames(16000 * 29) is None and full._encoder_frames(16000) is None
+    for (first, last), text in zip(speech_wav.truth, speech_wav.texts, strict=True):
+        audio = speech_wav.audio[first:last]
+        a, b = full.transcribe(audio), windowed.transcribe(audio)
+        assert a is not None and b is not None, (a, b)
+        assert wer(text, a.text) <= 0.1 and wer(text, b.text) <= 0.1, (text, a.text, b.text)
 
 
 @pytest.mark.slow

@@ -2,9 +2,10 @@
 
     python -m bolt_agent.benchmarks.offline IN.json OUT.json
 
-- ``raw``: the voice pipeline on the raw libraries, one process, same utterance WAVs and thread
-  allocation as the stack (Silero VAD offline + min_silence wait, faster-whisper, llama-cpp-python
-  with the same prompt/grammar/thinking budget up to the first sentence, Piper's first chunk).
+- ``raw``: the voice pipeline on the raw libraries, one process, sequential, same utterance WAVs
+  and the stack's own voice settings (``cfg["voice"]``: threads, knobs, encoder window, first
+  clause): Silero VAD offline + the min_silence wait, faster-whisper, llama-cpp-python with the
+  same prompt/grammar/thinking up to the first sentence, Piper's first chunk.
 - ``llm``: our engine (``LlamaEngine``/``LlamaSession``, what llm_node runs) vs raw
   ``Llama.create_completion`` (same prompt, greedy): TTFT and tok/s; TTFT with 4K tokens of
   history vs none (prefix reuse); output tokens per knob setting (``TurnRunner``).
@@ -49,22 +50,27 @@ def raw_pipeline(cfg: dict) -> dict:
     from llama_cpp import Llama, LlamaGrammar
     from piper import PiperVoice
 
+    from bolt_agent.core.asr_engine import windowed_whisper_model
     from bolt_agent.core.dialogue import Dialogue, Step
     from bolt_agent.core.sentences import SentenceSplitter
     from bolt_agent.core.tool_grammar import build_grammar
 
-    prof = _profile(cfg.get("profile", "reachy_mini"))
-    asr = WhisperModel(
+    voice = cfg.get("voice", {})
+    llm_p, asr_p = voice.get("llm_node", {}), voice.get("asr_node", {})
+    prof = _profile(llm_p.get("profile", cfg.get("profile", "reachy_mini")))
+    # whisper with the stack's encoder window (the same subclass FasterWhisperEngine uses)
+    asr = windowed_whisper_model(WhisperModel)(
         str(resolve_model("", kind="asr")),
         device="cpu",
         compute_type="int8",
-        cpu_threads=cfg.get("asr_threads", 1),
+        cpu_threads=asr_p.get("cpu_threads", 1),
     )
+    window_s = float(asr_p.get("encoder_window_s", 30.0))
     llm = Llama(
         model_path=str(resolve_model("", kind="llm")),
         n_ctx=4096,
-        n_threads=2,
-        n_threads_batch=2,
+        n_threads=llm_p.get("n_threads", 2),
+        n_threads_batch=llm_p.get("n_threads_batch") or llm_p.get("n_threads", 2),
         n_batch=256,
         verbose=False,
     )
@@ -74,10 +80,17 @@ def raw_pipeline(cfg: dict) -> dict:
     bos = llm.detokenize([llm.token_bos()], special=True).decode()
     template = ChatTemplate.bundled(bos_token=bos)
     grammar = LlamaGrammar.from_string(build_grammar(prof.registry, "auto", 160, 1), verbose=False)
-    knobs = Knobs(True, 24, True)  # the stack's voice knobs (stack.sim_overrides)
+    budget = llm_p.get("thinking_token_budget", -1)
+    knobs = Knobs(  # the stack's voice knobs
+        bool(llm_p.get("enable_thinking", True)),
+        budget if budget >= 0 else None,
+        bool(llm_p.get("conversational_mode", False)),
+    )
+    thinking_tokens = (budget if budget >= 0 else 128) if knobs.enable_thinking else 0
+    clause = int(llm_p.get("first_clause_chars", 0))
     dialogue = Dialogue(prof.persona)
     sampling = {"temperature": 1.0, "top_k": 64, "top_p": 0.95}
-    min_silence = 0.5
+    min_silence = int(asr_p.get("min_silence_ms", 500)) / 1000
 
     def toks(text: str) -> list[int]:  # the template already starts with <bos>
         return llm.tokenize(text.encode(), add_bos=False, special=True)
@@ -87,10 +100,17 @@ def raw_pipeline(cfg: dict) -> dict:
         audio = _wav(path)
         t0 = time.perf_counter()
         stamps = get_speech_timestamps(
-            audio, VadOptions(min_silence_duration_ms=500, speech_pad_ms=80)
+            audio,
+            VadOptions(
+                min_silence_duration_ms=int(min_silence * 1000),
+                speech_pad_ms=int(asr_p.get("speech_pad_ms", 80)),
+            ),
         )
         seg = audio[stamps[0]["start"] : stamps[-1]["end"]] if stamps else audio
         t_vad = time.perf_counter() - t0
+        asr.encoder_frames = (
+            max(int(window_s * 100), len(seg) // 160 + 100) if 0 < window_s < 30 else None
+        )
         segments, _ = asr.transcribe(
             seg,
             language="en",
@@ -105,19 +125,22 @@ def raw_pipeline(cfg: dict) -> dict:
         turn = dialogue.begin_turn(f"r{len(turns)}", text)
         prompt = template.render(dialogue.messages(), prof.registry.as_openai(), knobs)
         t1 = time.perf_counter()
-        thought = ""
-        for i, chunk in enumerate(
-            llm.create_completion(toks(prompt + THINK_OPEN), max_tokens=24, stream=True, **sampling)
-        ):
-            if i == 0:
-                ttft = time.perf_counter() - t1
-            thought += chunk["choices"][0]["text"]
-        close = "<channel|>"
-        answer, first, splitter = "", "", SentenceSplitter()
-        prompt2 = prompt + THINK_OPEN + thought.split(close)[0] + close
+        ttft = None
+        prompt2 = prompt
+        if thinking_tokens:
+            thought = ""
+            for chunk in llm.create_completion(
+                toks(prompt + THINK_OPEN), max_tokens=thinking_tokens, stream=True, **sampling
+            ):
+                ttft = ttft if ttft is not None else time.perf_counter() - t1
+                thought += chunk["choices"][0]["text"]
+            close = "<channel|>"
+            prompt2 = prompt + THINK_OPEN + thought.split(close)[0] + close
+        answer, first, splitter = "", "", SentenceSplitter(clause)
         for chunk in llm.create_completion(
             toks(prompt2), max_tokens=96, stream=True, grammar=grammar, **sampling
         ):
+            ttft = ttft if ttft is not None else time.perf_counter() - t1
             piece = chunk["choices"][0]["text"]
             answer += piece
             done = splitter.push(piece) or (["<"] if "<" in piece else [])
@@ -212,12 +235,10 @@ def llm_bench(cfg: dict) -> dict:
     if not cfg.get("quick"):
         out["knobs"] = knob_tokens(engine, cfg)
     engine.close()
-    if not cfg.get("quick"):  # the same with a sliding-window cache of n_swa + n_ubatch cells
-        small = LlamaEngine(
-            LlamaConfig(model, n_ctx=8192, n_threads=2, extra={"swa_full": False})
-        ).load()
-        out["prefix_reuse_swa_small"] = prefix_reuse(small, cfg.get("history_tokens", 4000))
-        small.close()
+    if not cfg.get("quick"):  # the same with a full-size sliding-window cache (n_ctx cells)
+        full = LlamaEngine(LlamaConfig(model, n_ctx=8192, n_threads=2, swa_full=True)).load()
+        out["prefix_reuse_swa_full"] = prefix_reuse(full, cfg.get("history_tokens", 4000))
+        full.close()
     return out
 
 

@@ -54,12 +54,20 @@ class Dialogue:
 
     # --- building ------------------------------------------------------------------------------
     def begin_turn(self, turn_id: str, user_text: str, scene: str | None = None) -> Turn:
+        turn = Turn(turn_id=turn_id, user_text=self._user_content(user_text, scene))
+        self.turns.append(turn)
+        return turn
+
+    def preview(self, user_text: str, scene: str | None = None) -> list[dict[str, Any]]:
+        """The messages ``begin_turn(…, user_text, scene)`` would give, history unchanged."""
+        return [*self.messages(), {"role": "user", "content": self._user_content(user_text, scene)}]
+
+    @staticmethod
+    def _user_content(user_text: str, scene: str | None) -> str:
         text = user_text.strip()
         if scene:
             text = f"(What you see: {scene.strip()})\n{text}"
-        turn = Turn(turn_id=turn_id, user_text=text)
-        self.turns.append(turn)
-        return turn
+        return text
 
     @property
     def current(self) -> Turn | None:

@@ -101,6 +101,11 @@ class TextEngine(ABC):
     def start(self, prompt: str) -> DecodeSession:
         """Prefill `prompt` (reusing the cached prefix) and return a session positioned after it."""
 
+    def prefill(self, prompt: str) -> int:
+        """Bring `prompt` into the cache ahead of a ``start`` with the same prefix; returns the
+        tokens newly evaluated. Engines without a cache do nothing."""
+        return 0
+
 
 @dataclass(frozen=True)
 class LlamaConfig:
@@ -110,6 +115,14 @@ class LlamaConfig:
     n_threads: int = 2  # decode
     n_threads_batch: int = 0  # prefill (0 = n_threads)
     n_batch: int = 256
+    # physical batch: sizes llama.cpp's compute buffer (4 B x n_vocab x n_ubatch, 257 MiB for
+    # Gemma's 262k vocabulary at 256) and the sliding-window cache (n_swa + n_ubatch cells); 128
+    # saved ~13 MiB of touched buffer here but made prefill 4-8 % slower (docs/benchmarks.md)
+    n_ubatch: int = 256
+    # full-size sliding-window cache (llama-cpp-python's default): n_ctx cells per SWA layer
+    # instead of n_swa + n_ubatch; off, prefix reuse is kept valid by core/swa_cache.SwaGuard
+    swa_full: bool = False
+    flash_attn: str = "auto"  # on | off | auto (on with GPU layers; slower on this CPU)
     chat_template: str = ""  # '' = the GGUF's own, else the bundled Bolt template
     extra: dict = field(default_factory=dict)  # passed to llama_cpp.Llama
     speculative: str = "none"  # none | dflash | ngram | draft_model (see core/speculative)
@@ -129,6 +142,8 @@ class LlamaEngine(TextEngine):
         self.load_s = 0.0
         self.speculator = None
         self.speculation = None  # SpeculationInfo once loaded with a speculative mode
+        self.swa_guard = None  # SwaGuard when the sliding-window cache is not full-size
+        self._tokenizer = None  # PromptTokenizer once loaded
 
     def load(self) -> LlamaEngine:
         path = Path(self.config.model_path)
@@ -138,19 +153,15 @@ class LlamaEngine(TextEngine):
 
         t0 = time.monotonic()
         try:
-            self._llm = Llama(
-                model_path=str(path),
-                n_ctx=self.config.n_ctx,
-                n_gpu_layers=self.config.n_gpu_layers,
-                n_threads=self.config.n_threads,
-                n_threads_batch=self.config.n_threads_batch or self.config.n_threads,
-                n_batch=self.config.n_batch,
-                verbose=False,
-                **self.config.extra,
-            )
+            self._llm = Llama(**self.llama_kwargs())
         except (ValueError, RuntimeError) as exc:
             raise EngineError(f"cannot load {path}: {exc}") from exc
         self.load_s = time.monotonic() - t0
+        from bolt_agent.core.prompt_tokens import PromptTokenizer
+        from bolt_agent.core.swa_cache import SwaGuard
+
+        self.swa_guard = SwaGuard.for_llama(self._llm, bool(self.llama_kwargs()["swa_full"]))
+        self._tokenizer = PromptTokenizer(self._llm)
         self.chat_template = self._pick_template()
         if self.config.speculative != "none":
             from bolt_agent.core.speculative import SpecConfig, build_speculator
@@ -164,6 +175,23 @@ class LlamaEngine(TextEngine):
             )
             self.speculator, self.speculation = build_speculator(self._llm, spec)
         return self
+
+    def llama_kwargs(self) -> dict:
+        """Keyword arguments for ``llama_cpp.Llama`` (``extra`` overrides the named fields)."""
+        c = self.config
+        return {
+            "model_path": c.model_path,
+            "n_ctx": c.n_ctx,
+            "n_gpu_layers": c.n_gpu_layers,
+            "n_threads": c.n_threads,
+            "n_threads_batch": c.n_threads_batch or c.n_threads,
+            "n_batch": c.n_batch,
+            "n_ubatch": c.n_ubatch,
+            "swa_full": c.swa_full,
+            "flash_attn": _flash_attn(c.flash_attn, c.n_gpu_layers),
+            "verbose": False,
+            **c.extra,
+        }
 
     def _pick_template(self) -> ChatTemplate:
         meta = self.llm.metadata
@@ -194,7 +222,11 @@ class LlamaEngine(TextEngine):
         return dict(self.llm.metadata)
 
     def tokenize(self, text: str) -> list[int]:
-        return self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+        """Tokens of a prompt (special tokens parsed). The previous prompt's tokens are reused up
+        to where the new one departs from it (core/prompt_tokens: ~8 ms saved per 4K tokens)."""
+        if self._tokenizer is None:
+            raise EngineError("engine not loaded: call load() first")
+        return self._tokenizer(text)
 
     def count_tokens(self, text: str) -> int:
         return len(self.tokenize(text))
@@ -205,6 +237,10 @@ class LlamaEngine(TextEngine):
             raise EngineError(f"prompt of {len(tokens)} tokens does not fit n_ctx={self.n_ctx}")
         return LlamaSession(self, tokens)
 
+    def prefill(self, prompt: str) -> int:
+        stats = self.start(prompt).stats
+        return stats.prompt_tokens - stats.reused_tokens
+
     def close(self) -> None:
         if self.speculator is not None:
             self.speculator.close()
@@ -212,6 +248,8 @@ class LlamaEngine(TextEngine):
         if self._llm is not None:
             self._llm.close()
             self._llm = None
+        self.swa_guard = None
+        self._tokenizer = None
 
 
 class LlamaSession(DecodeSession):
@@ -223,6 +261,7 @@ class LlamaSession(DecodeSession):
         from llama_cpp import llama_cpp as capi
 
         self._is_eog = capi.llama_vocab_is_eog
+        self._checkpointed = False
         self.stats = SessionStats(prompt_tokens=len(prompt))
         spec = engine.speculator
         self._spec = spec and spec.session(self._llm, self.stats, self._sampler, self._text)
@@ -232,19 +271,27 @@ class LlamaSession(DecodeSession):
 
     def _prefill(self, prompt: list[int]) -> None:
         llm = self._llm
-        cached = llm._input_ids.tolist()  # tokens whose K/V are in the cache
-        keep = 0
-        for a, b in zip(cached, prompt):
-            if a != b:
-                break
-            keep += 1
+        keep = _common_prefix(llm._input_ids, prompt)  # tokens whose K/V are in the cache
         keep = min(keep, len(prompt) - 1)  # at least one token to decode for fresh logits
+        guard = self._engine.swa_guard
+        if guard is not None:  # a small sliding-window cache may have lost the window
+            keep = guard.safe_keep(keep)
         if self._spec:
-            self.stats.reused_tokens = self._spec.prefill(prompt, keep)
+            reused = self._spec.prefill(prompt, keep)
+            if guard is not None and reused < keep and not guard.covers(reused):
+                reused = self._spec.prefill(prompt, 0)
+            self.stats.reused_tokens = reused
             return
         llm.n_tokens = keep  # Llama.eval drops cache entries from n_tokens on
         self.stats.reused_tokens = keep
         llm.eval(prompt[keep:])
+
+    def _checkpoint_once(self) -> None:
+        """SWA checkpoint when the second token is asked for (off the time to first token)."""
+        guard = self._engine.swa_guard
+        if guard is not None and not self._checkpointed and self.stats.first_token_at is not None:
+            guard.checkpoint()
+            self._checkpointed = True
 
     @property
     def n_past(self) -> int:
@@ -254,6 +301,7 @@ class LlamaSession(DecodeSession):
         self, sampling: SamplingParams, grammar: str | None = None, limit: int = 1
     ) -> list[Token]:
         if self._spec:
+            self._checkpoint_once()
             return self._spec.step(sampling, grammar, limit)
         return [self.sample(sampling, grammar)]
 
@@ -274,6 +322,7 @@ class LlamaSession(DecodeSession):
         return sampler
 
     def sample(self, sampling: SamplingParams, grammar: str | None = None) -> Token:
+        self._checkpoint_once()
         if self._spec:
             return self._spec.step(sampling, grammar, 1)[0]
         llm = self._llm
@@ -304,6 +353,21 @@ class LlamaSession(DecodeSession):
 
     def _text(self, token: int) -> str:
         return self._decoder.decode(self._llm.detokenize([token], special=True))
+
+
+def _flash_attn(mode: str, n_gpu_layers: int) -> bool:
+    if mode not in ("on", "off", "auto"):
+        raise ValueError(f"flash_attn must be on, off or auto, not {mode!r}")
+    return mode == "on" or (mode == "auto" and n_gpu_layers != 0)
+
+
+def _common_prefix(cached, prompt: list[int]) -> int:
+    """Length of the common prefix of the cached token ids (numpy) and ``prompt``."""
+    import numpy as np
+
+    n = min(len(cached), len(prompt))
+    diff = np.flatnonzero(cached[:n] != np.asarray(prompt[:n], dtype=cached.dtype))
+    return int(diff[0]) if len(diff) else n
 
 
 class _Chain:

@@ -85,14 +85,19 @@ def parse_json_call(body: str) -> tuple[str, dict[str, Any]]:
 class OutputParser:
     """State machine over the decoded stream. Not thread-safe; one per generation step."""
 
-    def __init__(self, validator: Validator | None = None, start_in_thinking: bool = False):
+    def __init__(
+        self,
+        validator: Validator | None = None,
+        start_in_thinking: bool = False,
+        first_clause_chars: int = 0,
+    ):
         self._validator = validator
         self._buf = ""
         self._mode = "think" if start_in_thinking else "speech"
         self._close = "<channel|>" if start_in_thinking else ""
         self._call_kind = ""
         self._strip_newline = start_in_thinking
-        self._sentences = SentenceSplitter()
+        self._sentences = SentenceSplitter(first_clause_chars)
         self.done = False
         self.speech_text = ""
         self.thinking_text = ""

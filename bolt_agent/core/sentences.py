@@ -8,26 +8,38 @@ _ABBREVIATIONS = {
     "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "vs", "etc", "e.g", "i.e", "approx", "no",
 }  # fmt: skip
 _END = re.compile(r"[.!?…]+[\"')\]]*(?=\s)|\n+")
+_CLAUSE = re.compile(r"[.!?…]+[\"')\]]*(?=\s)|[,;:—–]+(?=\s)|\n+")
 
 
 class SentenceSplitter:
-    """Push text fragments; get back each sentence as soon as it is complete."""
+    """Push text fragments; get back each sentence as soon as it is complete.
 
-    def __init__(self) -> None:
+    ``first_clause_chars`` > 0 lets the first piece end at a clause boundary (``, ; : —``)
+    once it has that many characters: "Sure, let me look." gives "Sure," at once, so the voice
+    can start while the rest of the sentence is still being generated."""
+
+    def __init__(self, first_clause_chars: int = 0) -> None:
         self._buf = ""
+        self._first_clause_chars = first_clause_chars
+        self._emitted = 0
 
     def push(self, text: str) -> list[str]:
         self._buf += text
         out: list[str] = []
         start = 0
-        for m in _END.finditer(self._buf):
+        pattern = _CLAUSE if self._first_clause_chars > 0 and not self._emitted else _END
+        for m in pattern.finditer(self._buf):
             candidate = self._buf[start : m.end()]
             if m.group().startswith(".") and self._is_abbreviation(candidate[:-1]):
                 continue
+            short = len(candidate.strip()) - len(m.group()) < self._first_clause_chars
+            if m.group()[0] in ",;:—–" and (out or short):
+                continue  # clauses only end the first piece, and only a long enough one
             if candidate.strip():
                 out.append(candidate.strip())
             start = m.end()
         self._buf = self._buf[start:]
+        self._emitted += len(out)
         return out
 
     def flush(self) -> str | None:

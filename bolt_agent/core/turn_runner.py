@@ -91,6 +91,7 @@ class RunnerConfig:
     max_speech_chars: int = 160  # constrained mode: speech length per step
     max_calls_per_step: int = 1  # constrained mode
     reserve_tokens: int = 0  # kept free for generation (default: max_new_tokens)
+    first_clause_chars: int = 0  # > 0: the turn's first sentence may end at a clause (", ; :")
 
 
 class CancelToken:
@@ -134,6 +135,34 @@ class TurnRunner:
         """Stop the running turn within one decode step (thread-safe)."""
         self.cancel_token.cancel()
 
+    def prewarm(self, request: TurnRequest) -> int:
+        """Prefill the prompt the first step of ``request`` would start from (a tentative
+        transcript while the user is still finishing), so that the real turn only decodes what
+        changed: the engine reuses the longest common prefix. Nothing is generated and the
+        dialogue is not changed. Returns the tokens newly prefilled (0 when it would not fit,
+        the engine keeps no cache, or a turn is running)."""
+        if not self._lock.acquire(blocking=False):
+            return 0
+        try:
+            render = self._renderer(request.knobs)
+            limit = self._prompt_limit()
+            prompt = render(self.dialogue.preview(request.user_text, request.scene))
+            if self.engine.count_tokens(prompt) > limit:
+                return 0  # the real turn drops history first: a different prompt
+            return self.engine.prefill(prompt)
+        finally:
+            self._lock.release()
+
+    def _prompt_limit(self) -> int:
+        reserve = self.config.reserve_tokens or self.config.max_new_tokens
+        return max(self.engine.n_ctx - reserve, 1)
+
+    def _renderer(self, knobs: Knobs):
+        # the same declarations in every step: a stable prompt prefix keeps the KV cache valid
+        # across steps and turns; the grammar and the step's validator enforce the step's choice
+        tools = self.registry.as_openai() or None
+        return lambda messages: self.engine.chat_template.render(messages, tools, knobs)
+
     # --- the turn ------------------------------------------------------------------------------
     def run(self, request: TurnRequest, sink: TurnSink) -> TurnResult:
         with self._lock:
@@ -163,15 +192,8 @@ class TurnRunner:
 
     def _run_step(self, request, choice, sink, generation, seq, result):
         cfg, knobs = self.config, request.knobs
-        # the same declarations in every step: a stable prompt prefix keeps the KV cache valid
-        # across steps and turns; the grammar and the step's validator enforce `choice`
-        tools = self.registry.as_openai() or None
-        reserve = cfg.reserve_tokens or cfg.max_new_tokens
-        limit = max(self.engine.n_ctx - reserve, 1)
-
-        def render(messages):
-            return self.engine.chat_template.render(messages, tools, knobs)
-
+        render = self._renderer(knobs)
+        limit = self._prompt_limit()
         self.dialogue.fit(lambda m: self.engine.count_tokens(render(m)), limit)
         session = self.engine.start(render(self.dialogue.messages()))
         result.prompt_tokens += session.stats.prompt_tokens
@@ -185,7 +207,11 @@ class TurnRunner:
         # Constrained mode: a grammar governs only the answer, so thinking is opened by us (first
         # step only) and runs free until the model closes it or the budget forces it closed.
         prefill_thinking = cfg.constrained and knobs.enable_thinking and result.steps == 0
-        parser = OutputParser(self._validator(choice), start_in_thinking=prefill_thinking)
+        parser = OutputParser(
+            self._validator(choice),
+            start_in_thinking=prefill_thinking,
+            first_clause_chars=cfg.first_clause_chars if result.steps == 0 else 0,
+        )
         if prefill_thinking:
             session.force(THINK_OPEN)
         budget = knobs.thinking_token_budget  # per turn, across steps

@@ -24,9 +24,15 @@ class VadConfig:
     threshold: float = 0.5
     min_silence_ms: int = 500
     speech_pad_ms: int = 80
+    start_pad_ms: int | None = None  # audio kept before the detected onset (None: speech_pad_ms);
+    # soft onsets ("How are you…") are detected a few windows late, so the start wants more
     min_speech_ms: int = 150
     max_speech_s: float = 20.0
     neg_threshold: float | None = None  # default: threshold - 0.15
+    # reset the model's recurrent state after this much audio without speech (0 = never):
+    # carried over long silences, Silero's state drifts and detects onsets late (the first words
+    # of 2 of 8 utterances were cut in the acoustic benchmark; with resets, none)
+    idle_reset_s: float = 2.0
 
     @property
     def negative(self) -> float:
@@ -37,7 +43,8 @@ class VadConfig:
 
 @dataclass(frozen=True)
 class SpeechStart:
-    offset: int  # first sample of the utterance (padded)
+    offset: int  # first sample of the utterance (padded by start_pad_ms)
+    onset: int = field(default=-1, compare=False)  # first window detected as speech (unpadded)
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,7 @@ class SpeechEnd:
     end: int  # one past the last sample (padded)
     audio: np.ndarray = field(repr=False, compare=False)
     forced: bool = False  # cut at max_speech_s, not at a silence
+    onset: int = field(default=-1, compare=False)  # the SpeechStart's onset
 
 
 VadEvent = SpeechStart | SpeechEnd
@@ -137,9 +145,12 @@ class VadSegmenter:
         self._threshold = self.config.threshold
         self._negative = self.config.negative
         self._min_speech = self._ms(self.config.min_speech_ms)
+        start_pad = self.config.start_pad_ms
+        self._start_pad = self._ms(self.config.speech_pad_ms if start_pad is None else start_pad)
         self._buf = _AudioBuffer()
         self._pending = np.zeros(0, dtype=np.float32)
         self._processed = 0  # offset of the first sample not yet given to the model
+        self._idle = 0  # samples analysed since speech (or a speech candidate) was last seen
         self._reset_state()
 
     @staticmethod
@@ -148,6 +159,7 @@ class VadSegmenter:
 
     def _reset_state(self) -> None:
         self._start: int | None = None  # utterance start (padded) while in speech
+        self._onset = -1  # where speech was detected (unpadded) while in speech
         self._candidate: int | None = None  # first speech window before min_speech is reached
         self._speech_run = 0
         self._gap = 0
@@ -165,7 +177,29 @@ class VadSegmenter:
 
     @property
     def speech_start(self) -> int | None:
+        """First sample of the open utterance's audio (padded), None when not in speech."""
         return self._start
+
+    @property
+    def speech_onset(self) -> int | None:
+        """Where speech was detected in the open utterance (unpadded), None when not in speech."""
+        return self._onset if self._start is not None else None
+
+    @property
+    def pending_end(self) -> int | None:
+        """Where the utterance will end if the silence that has begun lasts ``min_silence_ms``
+        (the end ``SpeechEnd`` would then carry), once that much audio is here; else None.
+
+        Lets a caller transcribe speculatively while the VAD waits out the silence: the
+        ``SpeechEnd`` that follows has this ``end`` and exactly ``audio_between(start, end)``."""
+        if self._start is None or self._temp_end is None:
+            return None
+        end = self._temp_end + self._ms(self.config.speech_pad_ms)
+        return end if self._buf.end >= end else None
+
+    def audio_between(self, start: int, end: int) -> np.ndarray:
+        """Buffered audio in [start, end) (clipped to what is buffered)."""
+        return self._buf.slice(start, end)
 
     def current_audio(self) -> np.ndarray:
         """The utterance so far (empty when not in speech)."""
@@ -191,14 +225,26 @@ class VadSegmenter:
         k = len(self._pending) // WINDOW
         events: list[VadEvent] = []
         if k:
-            probs = self.model(self._pending[: k * WINDOW].reshape(k, WINDOW))
+            windows = self._pending[: k * WINDOW].reshape(k, WINDOW)
             self._pending = self._pending[k * WINDOW :].copy()
-            for p in probs:
-                events.extend(self._step(float(p), self._processed))
-                self._processed += WINDOW
+            reset_at = int(self.config.idle_reset_s * SAMPLE_RATE)
+            a = 0
+            while a < k:  # windows in batches, split where the model state is reset
+                if reset_at and self._idle >= reset_at:
+                    self.model.reset()
+                    self._idle = 0
+                b = k
+                if reset_at:  # stop at the window where the idle time reaches the reset point
+                    b = min(k, a + max(1, -(-(reset_at - self._idle) // WINDOW)))
+                for p in self.model(windows[a:b]):
+                    events.extend(self._step(float(p), self._processed))
+                    self._processed += WINDOW
+                    idle = self._start is None and self._candidate is None
+                    self._idle = self._idle + WINDOW if idle else 0
+                a = b
         if self._start is None:  # keep only what a future start's padding may need
             first_needed = self._candidate if self._candidate is not None else self._processed
-            self._buf.drop_before(first_needed - self._ms(self.config.speech_pad_ms) - WINDOW)
+            self._buf.drop_before(first_needed - self._start_pad - WINDOW)
         return events
 
     def process(self, chunks: Iterable[np.ndarray], flush: bool = True) -> Iterator[VadEvent]:
@@ -212,7 +258,8 @@ class VadSegmenter:
         """End of stream: close an open utterance."""
         events: list[VadEvent] = []
         if self._start is not None:
-            events.append(SpeechEnd(self._start, self._buf.end, self.current_audio()))
+            end = SpeechEnd(self._start, self._buf.end, self.current_audio(), onset=self._onset)
+            events.append(end)
         self._reset_state()
         return events
 
@@ -221,6 +268,7 @@ class VadSegmenter:
         utterance and the model state."""
         self.model.reset()
         self._reset_state()
+        self._idle = 0
         end = self._buf.end + int(samples)
         self._buf.reset(end)
         self._pending = np.zeros(0, dtype=np.float32)
@@ -238,9 +286,10 @@ class VadSegmenter:
                 self._speech_run += WINDOW
                 self._gap = 0
                 if self._speech_run >= self._min_speech:
-                    self._start = max(self._buf.start, self._candidate - pad)
+                    self._onset = self._candidate
+                    self._start = max(self._buf.start, self._candidate - self._start_pad)
                     self._candidate, self._speech_run, self._temp_end = None, 0, None
-                    return [SpeechStart(self._start)]
+                    return [SpeechStart(self._start, self._onset)]
             elif self._candidate is not None and p < self._negative:
                 self._gap += WINDOW
                 if self._gap >= min(self._ms(cfg.min_silence_ms), self._ms(100)):
@@ -258,6 +307,7 @@ class VadSegmenter:
 
     def _end(self, end: int, forced: bool = False) -> SpeechEnd:
         assert self._start is not None
-        event = SpeechEnd(self._start, end, self._buf.slice(self._start, end), forced)
+        audio = self._buf.slice(self._start, end)
+        event = SpeechEnd(self._start, end, audio, forced, self._onset)
         self._reset_state()
         return event

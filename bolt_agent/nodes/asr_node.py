@@ -1,8 +1,13 @@
 """ASR node: microphone (or `audio/input`) → streaming VAD → faster-whisper transcripts.
 
-One worker thread takes 16 kHz blocks from a queue (filled by the PortAudio callback or the
-`audio/input` subscription), runs the VAD segmenter, publishes `asr/voice_activity` at speech
-start/stop, partial transcripts every `partial_interval_s` of speech and one final at the end.
+Two worker threads: the VAD thread takes 16 kHz blocks from a queue (filled by the PortAudio
+callback or the `audio/input` subscription), runs the VAD segmenter and publishes
+`asr/voice_activity` at speech start/stop without ever waiting for whisper; the transcriber
+thread runs whisper (partials every `partial_interval_s` of speech, finals). As soon as a
+silence begins, the final is transcribed speculatively (`speculative_final`); when the VAD
+confirms the end, that result is published at once (and discarded if speech resumes), so
+whisper's time hides behind the `min_silence_ms` wait. A speculative result that is ready before
+the end is confirmed is published as a partial, for the LLM to start prefilling.
 While the robot speaks (`tts/state`) the mic is ignored (`echo_mode: gate`), or only louder,
 longer speech counts and is flagged as a barge-in (`echo_mode: barge_in`).
 """
@@ -15,6 +20,8 @@ import queue
 import threading
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 from builtin_interfaces.msg import Time
@@ -52,6 +59,8 @@ PARAMS = {
     "cpu_threads": 1,
     "language": "en",  # '' = detect
     "beam_size": 1,
+    "encoder_window_s": 10.0,  # whisper encoder input (30 = whisper's padding; see asr_engine)
+    "speculative_final": True,  # transcribe when a silence begins, publish when the VAD confirms
     "audio_source": "device",  # device | topic (audio/input, simulation and bags)
     "device": "",  # input device name or index ('' = default)
     "block_ms": 32,
@@ -59,6 +68,7 @@ PARAMS = {
     "vad_threshold": 0.5,
     "min_silence_ms": 500,
     "speech_pad_ms": 80,
+    "start_pad_ms": 250,  # audio kept before the detected onset (soft onsets are found late)
     "min_speech_ms": 150,
     "max_speech_s": 20.0,
     "partial_interval_s": 1.0,  # of speech between partial transcripts (0 = no partials)
@@ -71,6 +81,18 @@ PARAMS = {
     "retry_s": 3.0,  # retry period while the input device is missing or busy
 }
 _BACKLOG_S = 0.5  # queued audio above which partials are skipped to catch up
+
+
+@dataclass
+class _Speculation:
+    """A final transcribed before the VAD confirmed the end: its span and its result."""
+
+    utt_id: str
+    start: int  # padded start (the audio), compared with the SpeechEnd's
+    onset: int  # where speech was detected (the stamps)
+    end: int
+    future: Future | None = None
+    stale: bool = False  # speech resumed: the result must not be used or published
 
 
 class AsrNode(LifecycleNode):
@@ -88,6 +110,9 @@ class AsrNode(LifecycleNode):
         self._engine: AsrEngine | None = None
         self._mic: MicCapture | None = None
         self._worker: threading.Thread | None = None
+        self._whisper: ThreadPoolExecutor | None = None  # one thread: jobs run in order
+        self._speculation: _Speculation | None = None
+        self._last_job: Future | None = None  # the latest whisper job (partials wait for it)
         self._retry_timer = None
         self._resamplers: dict[int, StreamResampler] = {}
         self._tts_speaking = False
@@ -115,6 +140,7 @@ class AsrNode(LifecycleNode):
                 p["beam_size"],
                 p["no_speech_threshold"],
                 p["log_prob_threshold"],
+                p["encoder_window_s"],
             )
             engine.load()
         except (ModelNotFoundError, FileNotFoundError) as exc:
@@ -130,6 +156,7 @@ class AsrNode(LifecycleNode):
             threshold=p["vad_threshold"],
             min_silence_ms=p["min_silence_ms"],
             speech_pad_ms=p["speech_pad_ms"],
+            start_pad_ms=p["start_pad_ms"],
             min_speech_ms=p["min_speech_ms"],
             max_speech_s=p["max_speech_s"],
         )
@@ -156,7 +183,9 @@ class AsrNode(LifecycleNode):
         self._anchor = (0, 0)  # (sample offset, stamp ns) of the latest block
         self._utt_id, self._utt_barge, self._last_partial, self._barge_mode = "", False, 0, False
         self._active = True
-        self._worker = threading.Thread(target=self._work, name="asr-worker", daemon=True)
+        self._speculation = self._last_job = None
+        self._whisper = ThreadPoolExecutor(1, thread_name_prefix="asr-whisper")
+        self._worker = threading.Thread(target=self._work, name="asr-vad", daemon=True)
         self._worker.start()
         if self.p["audio_source"] == "device":
             self._mic = MicCapture(self.p["device"], self._on_mic, SAMPLE_RATE, self.p["block_ms"])
@@ -177,6 +206,9 @@ class AsrNode(LifecycleNode):
         self._q.put(None)
         if self._worker is not None:
             self._worker.join(timeout=10.0)
+        if self._whisper is not None:
+            self._whisper.shutdown(wait=True, cancel_futures=True)
+            self._whisper = None
         return TransitionCallbackReturn.SUCCESS
 
     def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -277,30 +309,78 @@ class AsrNode(LifecycleNode):
             if isinstance(event, SpeechStart):
                 self._utt_id, self._utt_barge = f"u{uuid.uuid4().hex[:10]}", barge
                 self._last_partial = event.offset
-                self._publish_va(True, event.offset)
+                self._publish_va(True, event.onset)
             elif isinstance(event, SpeechEnd):
                 self._final(event)
+        if seg.in_speech:
+            self._speculate(seg)
         interval = int(p["partial_interval_s"] * SAMPLE_RATE)
         if (
             seg.in_speech
             and interval > 0
             and seg.offset - self._last_partial >= interval
             and self._queued < _BACKLOG_S * SAMPLE_RATE
+            and self._whisper_idle()
         ):
             self._last_partial = seg.offset
-            result = self._engine.transcribe(seg.current_audio(), final=False)
-            if result is not None and seg.speech_start is not None:
-                self._publish_text(result, seg.speech_start, seg.offset, final=False)
+            args = (self._utt_id, seg.current_audio(), seg.speech_onset, seg.offset)
+            self._submit(self._transcribe_partial, *args)
+
+    def _whisper_idle(self) -> bool:
+        return self._last_job is None or self._last_job.done()
+
+    def _submit(self, fn, *args) -> Future:
+        self._last_job = self._whisper.submit(fn, *args)
+        return self._last_job
+
+    def _speculate(self, seg: VadSegmenter) -> None:
+        """Start (or invalidate) the speculative final for the silence in progress."""
+        spec, end = self._speculation, seg.pending_end
+        if spec is not None and spec.end != end:
+            spec.stale = True  # speech resumed (or a new silence began): forget it
+            self._speculation = spec = None
+        if spec is None and end is not None and self.p["speculative_final"]:
+            start = seg.speech_start
+            audio = seg.audio_between(start, end)
+            spec = _Speculation(self._utt_id, start, seg.speech_onset, end)
+            self._speculation = spec
+            spec.future = self._submit(self._transcribe_speculative, spec, audio)
+
+    def _transcribe_speculative(self, spec: _Speculation, audio: np.ndarray):
+        if spec.stale:
+            return None
+        result = self._engine.transcribe(audio, final=True)
+        if result is not None and not spec.stale and self._speculation is spec:
+            self._publish_text(spec.utt_id, result, spec.onset, spec.end, final=False)
+        return result
+
+    def _transcribe_partial(self, utt_id: str, audio: np.ndarray, start: int, end: int) -> None:
+        result = self._engine.transcribe(audio, final=False)
+        if result is not None:
+            self._publish_text(utt_id, result, start, end, final=False)
 
     def _final(self, event: SpeechEnd) -> None:
+        """Publish the end of speech now; the transcript follows from the whisper thread."""
         self._publish_va(False, event.end)
-        result = self._engine.transcribe(event.audio, final=True)
+        spec, self._speculation = self._speculation, None
+        same = spec is not None and (spec.start, spec.end) == (event.start, event.end)
+        reuse = same and not spec.stale
+        if spec is not None and not reuse:
+            spec.stale = True
+        stamps = (self._stamp(event.end), self._utt_id)
+        self._submit(self._finish, event, spec if reuse else None, *stamps)
+
+    def _finish(self, event: SpeechEnd, spec: _Speculation | None, end_stamp, utt_id: str):
+        if spec is not None:
+            result = spec.future.result()  # done already: this thread ran it before this job
+        else:
+            result = self._engine.transcribe(event.audio, final=True)
         if result is None:
-            self.get_logger().info(f"utterance {self._utt_id}: no speech recognised; dropped")
+            self.get_logger().info(f"utterance {utt_id}: no speech recognised; dropped")
             return
-        self._publish_text(result, event.start, event.end, final=True)
-        metrics = TurnMetrics(turn_id=self._utt_id, source="asr")
-        metrics.speech_end = self._stamp(event.end)
+        self._publish_text(utt_id, result, event.onset, event.end, final=True)
+        metrics = TurnMetrics(turn_id=utt_id, source="asr")
+        metrics.speech_end = end_stamp
         metrics.asr_final = self.get_clock().now().to_msg()
         self._metrics_pub.publish(metrics)
 
@@ -315,9 +395,9 @@ class AsrNode(LifecycleNode):
         msg.header.stamp = self._stamp(offset)
         self._va_pub.publish(msg)
 
-    def _publish_text(self, result, start: int, end: int, final: bool) -> None:
+    def _publish_text(self, utt_id: str, result, start: int, end: int, final: bool) -> None:
         msg = Transcript(
-            utterance_id=self._utt_id,
+            utterance_id=utt_id,
             text=result.text,
             is_final=final,
             confidence=float(result.confidence),
@@ -327,7 +407,7 @@ class AsrNode(LifecycleNode):
         msg.audio_start, msg.audio_end = self._stamp(start), self._stamp(end)
         self._text_pub.publish(msg)
         kind = "final" if final else "partial"
-        self.get_logger().info(f"{kind} [{self._utt_id}] {result.text!r}")
+        self.get_logger().info(f"{kind} [{utt_id}] {result.text!r}")
 
     def _publish_audio(self, chunk: np.ndarray, stamp_ns: int) -> None:
         msg = AudioChunk(sample_rate=SAMPLE_RATE, channels=1)

@@ -1,11 +1,12 @@
 """llm_node: Bolt E4B (or any GGUF) through llama-cpp-python, spoken-first tool dispatch.
 
-Subscribes ``asr/transcript`` (finals), ``teleop/prompt``, ``perception/scene``,
-``asr/voice_activity`` (barge-in), ``tts/state`` (what was really said), ``teleop/mute``,
-``teleop/override``, ``llm/cancel``. Publishes ``speech/say`` (one SpokenText per sentence, as soon
-as it is complete, before the step's tool goals are sent), ``llm/thinking``, ``tts/stop``,
-``bolt/turn_metrics``, ``llm/tool_events`` (JSON per finished tool call). Serves
-``llm/converse`` (Converse). A lifecycle node: configure loads the model.
+Subscribes ``asr/transcript`` (finals start turns; partials prefill the prompt),
+``teleop/prompt``, ``perception/scene``, ``asr/voice_activity`` (barge-in), ``tts/state`` (what
+was really said), ``teleop/mute``, ``teleop/override``, ``llm/cancel``. Publishes
+``speech/say`` (one SpokenText per sentence, as soon as it is complete, before the step's tool
+goals are sent), ``llm/thinking``, ``tts/stop``, ``bolt/turn_metrics``, ``llm/tool_events``
+(JSON per finished tool call). Serves ``llm/converse`` (Converse). A lifecycle node: configure
+loads the model.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import itertools
 import json
 import queue
 import threading
+import time
 import uuid
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
@@ -27,6 +29,7 @@ from std_msgs.msg import Bool, String
 from bolt_agent.core.chat_template import Knobs
 from bolt_agent.core.dialogue import Dialogue
 from bolt_agent.core.llm_engine import EngineError, LlamaConfig, LlamaEngine, SamplingParams
+from bolt_agent.core.memory import release_free_memory
 from bolt_agent.core.models import ModelNotFoundError, resolve_model
 from bolt_agent.core.profile import load_profile
 from bolt_agent.core.turn_runner import (
@@ -57,6 +60,12 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     "n_threads": (2, "CPU threads for llama.cpp decoding"),
     "n_threads_batch": (0, "CPU threads for prompt prefill (0 = n_threads)"),
     "n_batch": (256, "prompt batch size"),
+    "n_ubatch": (
+        256,
+        "physical batch: compute buffer n_vocab x n_ubatch x 4 B, SWA cache n_swa + n_ubatch cells",
+    ),
+    "swa_full": (False, "full-size sliding-window KV cache (n_ctx cells per SWA layer)"),
+    "flash_attn": ("auto", "on | off | auto (on with GPU layers)"),
     "chat_template": ("", "Jinja chat template override ('' = GGUF's own, else bundled)"),
     "speculative": (
         "none",
@@ -81,9 +90,21 @@ PARAMETERS: dict[str, tuple[Any, str]] = {
     "max_thinking_tokens": (512, "safety cap on thinking when no budget is set"),
     "max_speech_chars": (160, "constrained mode: characters of speech per step"),
     "max_calls_per_step": (1, "constrained mode: tool calls per step"),
+    "first_clause_chars": (
+        0,
+        "> 0: the first sentence of a turn may end at a clause (', ; :') this long, for TTS",
+    ),
     "cancel_tools_on_cancel": (True, "cancel a turn's tool goals when the turn is cancelled"),
     "barge_in_cancels": (True, "a barge-in cancels generation and speech"),
+    "prefill_on_partial": (
+        True,
+        "prefill the prompt at start-up, speech start and partial transcripts (KV prefix reuse)",
+    ),
     "tool_server_wait_s": (2.0, "how long to wait for a tool's action server"),
+    "release_memory_after_turn": (
+        True,
+        "malloc_trim after each turn (returns freed heap pages; ~10-20 ms, after the turn)",
+    ),
 }
 
 
@@ -122,6 +143,9 @@ class LlmNode(LifecycleNode):
                     n_threads=self.p("n_threads"),
                     n_threads_batch=self.p("n_threads_batch"),
                     n_batch=self.p("n_batch"),
+                    n_ubatch=self.p("n_ubatch"),
+                    swa_full=self.p("swa_full"),
+                    flash_attn=self.p("flash_attn"),
                     chat_template=self.p("chat_template"),
                     speculative=self.p("speculative"),
                     draft_model=draft_path,
@@ -149,6 +173,7 @@ class LlmNode(LifecycleNode):
             max_thinking_tokens=self.p("max_thinking_tokens"),
             max_speech_chars=self.p("max_speech_chars"),
             max_calls_per_step=self.p("max_calls_per_step"),
+            first_clause_chars=self.p("first_clause_chars"),
         )
         self.profile = profile
         self.runner = TurnRunner(self.engine, Dialogue(profile.persona), profile.registry, config)
@@ -201,6 +226,8 @@ class LlmNode(LifecycleNode):
         self._active = True
         self._worker = threading.Thread(target=self._work, name="llm-turns", daemon=True)
         self._worker.start()
+        if self.p("prefill_on_partial"):  # the system prompt and tools, before the first turn
+            self._jobs.put(("prewarm", "startup", ""))
         return super().on_activate(state)
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -232,8 +259,12 @@ class LlmNode(LifecycleNode):
 
     # --- inputs --------------------------------------------------------------------------------
     def _on_transcript(self, msg: Transcript) -> None:
-        if msg.is_final and msg.text.strip():
+        if not msg.text.strip():
+            return
+        if msg.is_final:
             self.submit(msg.utterance_id or uuid.uuid4().hex[:8], msg.text)
+        elif self.p("prefill_on_partial") and self._active and not self._current_turn:
+            self._jobs.put(("prewarm", msg.utterance_id, msg.text))
 
     def _on_teleop_prompt(self, msg: String) -> None:
         if msg.data.strip():
@@ -245,6 +276,10 @@ class LlmNode(LifecycleNode):
     def _on_voice_activity(self, msg: VoiceActivity) -> None:
         if msg.barge_in and self.p("barge_in_cancels"):
             self.cancel_current("barge-in")
+        elif msg.speaking and self.p("prefill_on_partial") and not self._current_turn:
+            # the user started talking: bring the history up to their (empty) message into the
+            # cache now, so the transcript only adds its own words
+            self._jobs.put(("prewarm", msg.utterance_id, ""))
 
     def _on_tts_state(self, msg: TtsState) -> None:
         if msg.interrupted and msg.turn_id:
@@ -316,6 +351,9 @@ class LlmNode(LifecycleNode):
             if job[0] == "interrupted":
                 self.runner.dialogue.mark_interrupted(job[1], job[2])
                 continue
+            if job[0] == "prewarm":
+                self._prewarm(job[1], job[2])
+                continue
             _, turn_id, text, knobs, sink, done = job
             self._current_turn = turn_id
             sink = sink or _Sink(self)
@@ -336,6 +374,25 @@ class LlmNode(LifecycleNode):
                 done.set_result(result)
             finally:
                 self._current_turn = ""
+                if self.p("release_memory_after_turn") and self._jobs.empty():
+                    release_free_memory()
+
+    def _prewarm(self, utterance_id: str, text: str) -> None:
+        if not self._jobs.empty():
+            return  # a newer transcript (or the final) is waiting: it prefills for itself
+        scene = self._scene if self.profile.use_scene else None
+        knobs, choice = self.default_knobs(), self.p("tool_choice")
+        request = TurnRequest(utterance_id, text, knobs, choice, scene)
+        t0 = time.monotonic()
+        try:
+            n = self.runner.prewarm(request)
+        except Exception as exc:  # a failed warm-up costs nothing but its time
+            self.get_logger().warning(f"prefill ahead of {utterance_id} failed: {exc!r}")
+            return
+        if n:
+            dt = time.monotonic() - t0
+            what = f"partial transcript of {utterance_id}" if text else f"{utterance_id} (no text)"
+            self.get_logger().info(f"prefilled {n} tokens ahead of the {what} in {dt:.2f}s")
 
     def _execute_converse(self, goal_handle) -> Converse.Result:
         node = self

@@ -1,0 +1,116 @@
+"""Prefix reuse with a small sliding-window cache (swa_full=False) on the bundled Gemma 3 GGUF,
+whose 15 sliding-window layers keep n_swa (512) + n_ubatch (256) = 768 cells."""
+
+from __future__ import annotations
+
+import pytest
+from llama_cpp import llama_cpp as capi
+
+from bolt_agent.core.llm_engine import LlamaConfig, LlamaEngine, SamplingParams
+
+GREEDY = SamplingParams(temperature=0.0)
+HISTORY = " ".join(f"Shelf {i} holds a red cup and a blue plate." for i in range(70))
+THOUGHT = " ".join(f"Thinking step {i}: the cup is on shelf {i}." for i in range(40))
+
+
+@pytest.fixture(scope="module")
+def model_path():
+    from bolt_agent.core.models import resolve_model
+
+    return str(resolve_model("", kind="llm"))
+
+
+def _engine(model_path, **kw) -> LlamaEngine:
+    return LlamaEngine(LlamaConfig(model_path, n_ctx=4096, n_threads=2, **kw)).load()
+
+
+def test_defaults_use_the_small_sliding_window_cache(model_path):
+    eng = _engine(model_path)
+    try:
+        assert eng.llama_kwargs()["swa_full"] is False
+        assert eng.swa_guard is not None and eng.swa_guard.n_swa == 512
+    finally:
+        eng.close()
+    full = _engine(model_path, swa_full=True)
+    try:
+        assert full.swa_guard is None  # a full-size cache never loses the window
+    finally:
+        full.close()
+
+
+def test_rollback_past_the_window_restores_the_checkpoint(model_path):
+    """A long generation (300 forced tokens) overwrites the window before the prompt's end; the
+    next prompt shares the old prompt only. The guard restores the checkpoint taken when the
+    second token was asked for, so the reuse stays and the window is back in the cache.
+    (Logits are not compared with a full-size cache: the cell order alone moves them by up to
+    ~1-2 on this model, as llama.cpp documents for swa_full; see docs/benchmarks.md.)"""
+    eng = _engine(model_path)
+    try:
+        first = eng.start(HISTORY + " Question: where is the cup?")
+        first.sample(GREEDY)
+        first.sample(GREEDY)  # the second token: the SWA checkpoint is taken here
+        first.force(" " + THOUGHT)
+        prompt = HISTORY + " Question: where is the plate?"
+        keep = _shared(eng.tokenize(prompt), eng.llm._input_ids.tolist())
+        n_swa = eng.swa_guard.n_swa
+        assert first.n_past - keep > 300  # more than n_ubatch tokens past the shared prefix
+        assert _pos_min(eng) > keep - n_swa  # the live cache lost the window before `keep`
+        second = eng.start(prompt)
+        assert eng.swa_guard.restored == 1 and eng.swa_guard.refilled == 0
+        assert second.stats.reused_tokens == keep
+        new = second.stats.prompt_tokens - keep
+        assert _pos_min(eng) <= keep - n_swa + new  # the window is cached again
+        assert second.sample(GREEDY).id >= 0
+    finally:
+        eng.close()
+
+
+def _pos_min(engine: LlamaEngine) -> int:
+    return capi.llama_memory_seq_pos_min(capi.llama_get_memory(engine.llm._ctx.ctx), 0)
+
+
+def _shared(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def test_rollback_without_checkpoint_prefills_from_the_start(model_path):
+    eng = _engine(model_path)
+    try:
+        first = eng.start(HISTORY + " Question: where is the cup?")
+        first.sample(GREEDY)  # one token only: no checkpoint yet
+        first.force(" " + THOUGHT)
+        second = eng.start(HISTORY + " Question: where is the plate?")
+        assert eng.swa_guard.refilled == 1
+        assert second.stats.reused_tokens == 0
+    finally:
+        eng.close()
+
+
+def test_short_rollbacks_keep_the_live_cache(model_path):
+    eng = _engine(model_path)
+    try:
+        for q in ("Where is the cup?", "Where is the plate?", "Is it red?"):
+            s = eng.start(HISTORY + " Question: " + q)
+            for _ in range(4):
+                s.sample(GREEDY)
+        assert eng.swa_guard.restored == 0 and eng.swa_guard.refilled == 0
+        assert s.stats.reused_tokens > 0.9 * s.stats.prompt_tokens
+    finally:
+        eng.close()
+
+
+def test_the_last_tokenization_is_reused_and_not_shared(model_path):
+    eng = _engine(model_path)
+    try:
+        text = HISTORY + " Question: where is the cup?"
+        n = eng.count_tokens(text)
+        tokens = eng.tokenize(text)
+        assert len(tokens) == n
+        tokens.append(-1)  # the caller's list is a copy
+        assert eng.tokenize(text) == tokens[:-1]
+        assert eng.tokenize(text + "!") != tokens[:-1]
+    finally:
+        eng.close()
