@@ -272,10 +272,24 @@ def _set_threads(llm, n: int) -> None:
     capi.llama_set_n_threads(llm._ctx.ctx, n, n)
 
 
-def prefix_reuse(engine, history_tokens: int) -> dict:
+QUESTIONS = (
+    "What time is it?",
+    "Where is the cup?",
+    "Can you dance?",
+    "Is the door open?",
+    "What colour is the sky?",
+    "Do you like music?",
+    "Who made you?",
+)
+
+
+def prefix_reuse(engine, history_tokens: int, rounds: int = len(QUESTIONS)) -> dict:
     """TTFT of a new user turn after ~history_tokens of cached history vs with no history
-    (both with the system prompt and the history already in the KV cache, as in a conversation)."""
-    from bolt_agent.core.llm_engine import SamplingParams
+    (both with the system prompt and the history already in the KV cache, as in a conversation).
+
+    Two engines with the same configuration hold the two conversations, and their questions are
+    interleaved (empty, history, empty, …) so that load changes on a shared machine hit both."""
+    from bolt_agent.core.llm_engine import LlamaEngine, SamplingParams
 
     greedy, knobs, tpl = (
         SamplingParams(temperature=0.0),
@@ -288,25 +302,32 @@ def prefix_reuse(engine, history_tokens: int) -> dict:
     while engine.count_tokens(tpl.render([system, *history], None, knobs)) < history_tokens:
         history += [{"role": "user", "content": filler}, {"role": "assistant", "content": "Noted."}]
 
-    def ttft(messages: list[dict]) -> tuple[float, int, int]:
+    def ttft(eng, messages: list[dict]) -> tuple[float, int, int]:
         t0 = time.perf_counter()
-        s = engine.start(tpl.render(messages, None, knobs))
+        s = eng.start(tpl.render(messages, None, knobs))
         s.sample(greedy)
         return time.perf_counter() - t0, s.stats.prompt_tokens, s.stats.reused_tokens
 
-    res = {}
-    for name, hist in (("empty", []), ("history", history)):
-        engine.llm.reset()
-        cold = ttft([system, *hist, {"role": "user", "content": "Warm-up question?"}])
-        warm = [
-            ttft([system, *hist, {"role": "user", "content": q}])
-            for q in ("What time is it?", "Where is the cup?", "Can you dance?")
-        ]
+    other = LlamaEngine(engine.config).load()
+    try:
+        engines = {"empty": (other, []), "history": (engine, history)}
+        cold, warm = {}, {name: [] for name in engines}
+        for name, (eng, hist) in engines.items():
+            eng.llm.reset()
+            cold[name] = ttft(eng, [system, *hist, {"role": "user", "content": "Warm-up?"}])
+        for q in QUESTIONS[:rounds]:
+            for name, (eng, hist) in engines.items():
+                warm[name].append(ttft(eng, [system, *hist, {"role": "user", "content": q}]))
+    finally:
+        other.close()
+    res: dict = {"rounds": rounds}
+    for name in engines:
         res[name] = {
-            "ttft_s": statistics.median(w[0] for w in warm),
-            "prompt_tokens": warm[0][1],
-            "reused_tokens": warm[0][2],
-            "cold_ttft_s": cold[0],
+            "ttft_s": statistics.median(w[0] for w in warm[name]),
+            "ttft_runs_s": [w[0] for w in warm[name]],
+            "prompt_tokens": warm[name][0][1],
+            "reused_tokens": warm[name][0][2],
+            "cold_ttft_s": cold[name][0],
         }
     res["ratio"] = res["history"]["ttft_s"] / res["empty"]["ttft_s"]
     return res

@@ -344,10 +344,13 @@ class LlmNode(LifecycleNode):
         log(f"tool {name} {json.dumps(arguments)} -> {outcome.error or outcome.result}")
 
     def _work(self) -> None:
-        while self._active:
-            job = self._jobs.get()
-            if job is None:
-                break
+        # only the sentinel ends the loop: a worker that left on `_active` alone would leave the
+        # sentinel queued for the next activation's worker
+        while (job := self._jobs.get()) is not None:
+            if not self._active:  # deactivating: turns queued before it are refused, not run
+                if job[0] == "turn" and not job[-1].done():
+                    job[-1].set_exception(RuntimeError("llm_node is not active"))
+                continue
             if job[0] == "interrupted":
                 self.runner.dialogue.mark_interrupted(job[1], job[2])
                 continue

@@ -29,6 +29,7 @@ from bolt_agent.core.audio_io import (
     describe_devices,
     list_devices,
 )
+from bolt_agent.core.memory import release_free_memory
 from bolt_agent.core.models import ModelNotFoundError, resolve_model
 from bolt_agent.core.playback import PacedSink, Player
 from bolt_agent.core.tts_engine import PiperEngine, split_sentences, spoken_prefix
@@ -47,6 +48,7 @@ PARAMS = {
     "latency_s": 0.0,  # device latency (0 = PortAudio's low latency)
     "stop_on_barge_in": True,
     "retry_s": 3.0,  # retry period while the output device is missing or busy
+    "release_memory_after_turn": True,  # malloc_trim once a turn is spoken (Piper's peak)
 }
 
 
@@ -312,8 +314,12 @@ class TtsNode(LifecycleNode):
                     self._sink.forget(item)
                 item.turn.spoken.append(item.text)
                 item.turn.outstanding -= 1
-                if not self._maybe_finish(item.turn):
+                done = self._maybe_finish(item.turn)
+                if not done:
                     self._publish_state(item.turn)
+                finished = done and item.turn.last_received
+            if finished and self.p["release_memory_after_turn"]:
+                release_free_memory()  # after the turn: Piper's working memory goes back
 
     def _maybe_finish(self, turn: _Turn) -> bool:
         if turn.outstanding > 0:
