@@ -31,6 +31,23 @@ def start_asr(
     return node_process(*args, env=env, name="asr")
 
 
+def watch_asr_nodes(node, ns: str, prefixes: dict[str, str], names: tuple[str, ...]):
+    """Record each ASR node's voice activity and transcripts (key → topic prefix) in arrival
+    order, and the latest status of each named node."""
+    seen: dict[str, list] = {key: [] for key in prefixes}
+    for key, prefix in prefixes.items():
+        for msg_type, leaf in ((VoiceActivity, "voice_activity"), (Transcript, "transcript")):
+            node.create_subscription(
+                msg_type, f"{ns}/{prefix}/{leaf}", seen[key].append, qos.RELIABLE
+            )
+    status: dict[str, str] = {}
+    for name in names:
+        node.create_subscription(
+            String, f"{ns}/{name}/status", lambda m, n=name: status.update({n: m.data}), qos.LATCHED
+        )
+    return seen, status
+
+
 def secs(t) -> float:
     return t.sec + t.nanosec * 1e-9
 
@@ -143,20 +160,9 @@ def test_echo_modes_barge_in_and_gate(node_process, unique_ns, speech_wav):  # n
         ),
     )
     with ros_node("asr_probe") as (node, ex):
-        seen: dict[str, list] = {"barge": [], "gate": []}
-        for key, prefix in (("barge", "asr"), ("gate", "gate")):
-            for msg_type, leaf in ((VoiceActivity, "voice_activity"), (Transcript, "transcript")):
-                node.create_subscription(
-                    msg_type, f"{unique_ns}/{prefix}/{leaf}", seen[key].append, qos.RELIABLE
-                )
-        status: dict[str, str] = {}
-        for name in ("asr_node", "asr_gate"):
-            node.create_subscription(
-                String,
-                f"{unique_ns}/{name}/status",
-                lambda m, n=name: status.update({n: m.data}),
-                qos.LATCHED,
-            )
+        seen, status = watch_asr_nodes(
+            node, unique_ns, {"barge": "asr", "gate": "gate"}, ("asr_node", "asr_gate")
+        )
         tts_state = node.create_publisher(TtsState, f"{unique_ns}/tts/state", qos.LATCHED)
         pub = node.create_publisher(AudioChunk, f"{unique_ns}/audio/input", qos.AUDIO)
         spin_until(ex, lambda: len(status) == 2, 60, f"both ASR nodes: {status}")
@@ -225,20 +231,9 @@ def test_speculative_final_is_transcribed_before_the_end_of_speech_is_confirmed(
         ),
     )
     with ros_node("asr_probe") as (node, ex):
-        seen: dict[str, list] = {"asr": [], "plain": []}
-        for prefix, events in seen.items():
-            for msg_type, leaf in ((VoiceActivity, "voice_activity"), (Transcript, "transcript")):
-                node.create_subscription(
-                    msg_type, f"{unique_ns}/{prefix}/{leaf}", events.append, qos.RELIABLE
-                )
-        status: dict[str, str] = {}
-        for name in ("asr_node", "asr_plain"):
-            node.create_subscription(
-                String,
-                f"{unique_ns}/{name}/status",
-                lambda m, n=name: status.update({n: m.data}),
-                qos.LATCHED,
-            )
+        seen, status = watch_asr_nodes(
+            node, unique_ns, {"asr": "asr", "plain": "plain"}, ("asr_node", "asr_plain")
+        )
         pub = node.create_publisher(AudioChunk, f"{unique_ns}/audio/input", qos.AUDIO)
         spin_until(ex, lambda: len(status) == 2, 60, f"both ASR nodes: {status}")
         spin_until(ex, lambda: pub.get_subscription_count() == 2, 10, "two audio subscribers")
