@@ -31,6 +31,16 @@ def start_asr(
     return node_process(*args, env=env, name="asr")
 
 
+def start_asr_as(node_process, ns: str, name: str, prefix: str, *params: str):
+    """A second ASR node: named ``name``, publishing under ``prefix/`` instead of ``asr/``."""
+    remaps = (
+        f"__node:={name}",
+        f"asr/voice_activity:={prefix}/voice_activity",
+        f"asr/transcript:={prefix}/transcript",
+    )
+    return start_asr(node_process, ns, *params, remaps=remaps)
+
+
 def watch_asr_nodes(node, ns: str, prefixes: dict[str, str], names: tuple[str, ...]):
     """Record each ASR node's voice activity and transcripts (key → topic prefix) in arrival
     order, and the latest status of each named node."""
@@ -147,17 +157,14 @@ def test_echo_modes_barge_in_and_gate(node_process, unique_ns, speech_wav):  # n
     barge_proc = start_asr(
         node_process, unique_ns, "audio_source:=topic", "partial_interval_s:=0.0"
     )
-    gate_proc = start_asr(
+    gate_proc = start_asr_as(
         node_process,
         unique_ns,
+        "asr_gate",
+        "gate",
         "audio_source:=topic",
         "partial_interval_s:=0.0",
         "echo_mode:=gate",
-        remaps=(
-            "__node:=asr_gate",
-            "asr/voice_activity:=gate/voice_activity",
-            "asr/transcript:=gate/transcript",
-        ),
     )
     with ros_node("asr_probe") as (node, ex):
         seen, status = watch_asr_nodes(
@@ -219,16 +226,8 @@ def test_speculative_final_is_transcribed_before_the_end_of_speech_is_confirmed(
     the final repeats it; with `speculative_final: false` nothing comes before the end."""
     common = ("audio_source:=topic", "partial_interval_s:=0.0", "min_silence_ms:=1200")
     spec_proc = start_asr(node_process, unique_ns, *common)
-    plain_proc = start_asr(
-        node_process,
-        unique_ns,
-        *common,
-        "speculative_final:=false",
-        remaps=(
-            "__node:=asr_plain",
-            "asr/voice_activity:=plain/voice_activity",
-            "asr/transcript:=plain/transcript",
-        ),
+    plain_proc = start_asr_as(
+        node_process, unique_ns, "asr_plain", "plain", *common, "speculative_final:=false"
     )
     with ros_node("asr_probe") as (node, ex):
         seen, status = watch_asr_nodes(

@@ -50,7 +50,7 @@ def raw_pipeline(cfg: dict) -> dict:
     from llama_cpp import Llama, LlamaGrammar
     from piper import PiperVoice
 
-    from bolt_agent.core.asr_engine import windowed_whisper_model
+    from bolt_agent.core.asr_engine import encoder_frames, windowed_whisper_model
     from bolt_agent.core.dialogue import Dialogue, Step
     from bolt_agent.core.sentences import SentenceSplitter
     from bolt_agent.core.tool_grammar import build_grammar
@@ -108,9 +108,7 @@ def raw_pipeline(cfg: dict) -> dict:
         )
         seg = audio[stamps[0]["start"] : stamps[-1]["end"]] if stamps else audio
         t_vad = time.perf_counter() - t0
-        asr.encoder_frames = (
-            max(int(window_s * 100), len(seg) // 160 + 100) if 0 < window_s < 30 else None
-        )
+        asr.encoder_frames = encoder_frames(window_s, len(seg))
         segments, _ = asr.transcribe(
             seg,
             language="en",

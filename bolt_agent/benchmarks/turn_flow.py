@@ -18,14 +18,9 @@ import time
 from concurrent.futures import Future
 from pathlib import Path
 
-QUESTIONS = (
-    "Hello there! What is your name?",
-    "Can you look around the room for me?",
-    "What do you like to do for fun?",
-    "Please give me a happy nod.",
-    "How are you feeling today?",
-    "Tell me something about robots.",
-)
+from bolt_agent.benchmarks.voice_loop import UTTERANCES
+
+QUESTIONS = UTTERANCES[:6]  # the acoustic benchmark's first lines
 
 
 class _Sink:

@@ -160,14 +160,19 @@ class FasterWhisperEngine(AsrEngine):
         return AsrResult(text, confidence, info.language or (self.language or ""), no_speech)
 
     def _encoder_frames(self, samples: int) -> int | None:
-        """Mel frames (100 per second) the encoder sees; None = whisper's full 30 s."""
-        if self.encoder_window_s <= 0 or self.encoder_window_s >= 30:
-            return None
-        frames = max(int(self.encoder_window_s * 100), samples // 160 + 100)
-        return frames if frames < 3000 else None
+        return encoder_frames(self.encoder_window_s, samples)
 
     def close(self) -> None:
         self._model = None
+
+
+def encoder_frames(window_s: float, samples: int) -> int | None:
+    """Mel frames (100 per second) the encoder sees for ``samples`` of 16 kHz audio with an
+    encoder window of ``window_s`` (at least the audio + 1 s); None = whisper's full 30 s."""
+    if window_s <= 0 or window_s >= 30:
+        return None
+    frames = max(int(window_s * 100), samples // 160 + 100)
+    return frames if frames < 3000 else None
 
 
 def windowed_whisper_model(whisper_model: Any) -> Any:

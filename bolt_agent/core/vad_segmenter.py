@@ -228,20 +228,14 @@ class VadSegmenter:
             windows = self._pending[: k * WINDOW].reshape(k, WINDOW)
             self._pending = self._pending[k * WINDOW :].copy()
             reset_at = int(self.config.idle_reset_s * SAMPLE_RATE)
-            a = 0
-            while a < k:  # windows in batches, split where the model state is reset
+            for window in windows:  # one at a time: the state may be reset between two
                 if reset_at and self._idle >= reset_at:
                     self.model.reset()
                     self._idle = 0
-                b = k
-                if reset_at:  # stop at the window where the idle time reaches the reset point
-                    b = min(k, a + max(1, -(-(reset_at - self._idle) // WINDOW)))
-                for p in self.model(windows[a:b]):
-                    events.extend(self._step(float(p), self._processed))
-                    self._processed += WINDOW
-                    idle = self._start is None and self._candidate is None
-                    self._idle = self._idle + WINDOW if idle else 0
-                a = b
+                events.extend(self._step(float(self.model(window[None])[0]), self._processed))
+                self._processed += WINDOW
+                idle = self._start is None and self._candidate is None
+                self._idle = self._idle + WINDOW if idle else 0
         if self._start is None:  # keep only what a future start's padding may need
             first_needed = self._candidate if self._candidate is not None else self._processed
             self._buf.drop_before(first_needed - self._start_pad - WINDOW)
