@@ -11,7 +11,7 @@ setup(
     name=PACKAGE,
     version="0.1.0",
     packages=find_packages(include=[PACKAGE, f"{PACKAGE}.*"]),
-    package_data={PACKAGE: ["core/templates/*.jinja"]},
+    package_data={PACKAGE: ["core/llm/templates/*.jinja"]},
     data_files=[
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
@@ -29,7 +29,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     entry_points={
-        "console_scripts": [f"bolt-agent = {PACKAGE}.cli:main"]
+        "console_scripts": [f"bolt-agent = {PACKAGE}.cli.main:main"]
         + [f"{n} = {PACKAGE}.nodes.{n}:main" for n in NODES],
     },
 )

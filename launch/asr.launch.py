@@ -1,6 +1,6 @@
 """Only asr_node, parameters from config/params/ (same arguments as the stack)."""
 
-from bolt_agent.launch_builder import generate
+from bolt_agent.stack.launch_builder import generate
 
 
 def generate_launch_description():

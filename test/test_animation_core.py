@@ -9,7 +9,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bolt_agent.core.animation import (
+from bolt_agent.core.motion.animation import (
     JOINTS,
     AnimationConfigError,
     AnimationLibrary,
@@ -17,9 +17,9 @@ from bolt_agent.core.animation import (
     ease,
     normalise_speed,
 )
-from bolt_agent.core.animation_control import AnimationController
+from bolt_agent.core.motion.animation_control import AnimationController
+from bolt_agent.core.motion.robot_backend import RobotUnavailableError, SimRobot, make_backend
 from bolt_agent.core.paths import config_dir
-from bolt_agent.core.robot_backend import RobotUnavailableError, SimRobot, make_backend
 
 REQUIRED = ("curious_tilt", "happy_nod", "scan_room", "wave_antenna", "breathing")
 

@@ -15,7 +15,7 @@ from rclpy.serialization import deserialize_message
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
 from bag_traffic import GAPS, TOPICS, traffic
-from bolt_agent.core.bag_io import BagError, BagReader, parse_remaps, playback_offsets
+from bolt_agent.core.sim.bag_io import BagError, BagReader, parse_remaps, playback_offsets
 from bolt_agent.nodes.bag_transport import BagPlayer, BagRecorder
 from bolt_agent.nodes.qos import RELIABLE
 from ros_helpers import ros_node, spin_until

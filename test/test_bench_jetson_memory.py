@@ -67,7 +67,7 @@ def test_jetson_profile_prediction():
 def test_jetson_profile_runs_what_the_engine_passes_llama_cpp():
     """The prediction assumes the engine's own settings (llm_node on the Jetson: all layers on the
     GPU): the physical batch llama.cpp gets, the SWA cache size and flash attention."""
-    from bolt_agent.core.llm_engine import LlamaConfig, LlamaEngine
+    from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
 
     runtime = jm.load_profile()["runtime"]
     kwargs = LlamaEngine(LlamaConfig("bolt.gguf", n_gpu_layers=-1)).llama_kwargs()

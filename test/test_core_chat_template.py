@@ -1,6 +1,6 @@
 """Chat template: the seed's knob strings, spoken-first order, injection for foreign templates."""
 
-from bolt_agent.core.chat_template import (
+from bolt_agent.core.llm.chat_template import (
     BREVITY_INSTRUCTION,
     BUDGET_INSTRUCTION,
     THINK_OPEN,

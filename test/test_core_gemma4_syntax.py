@@ -3,7 +3,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bolt_agent.core.gemma4_syntax import (
+from bolt_agent.core.llm.gemma4_syntax import (
     Gemma4SyntaxError,
     format_call,
     format_value,

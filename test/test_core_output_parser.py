@@ -7,8 +7,8 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bolt_agent.core.gemma4_syntax import format_call
-from bolt_agent.core.output_parser import (
+from bolt_agent.core.llm.gemma4_syntax import format_call
+from bolt_agent.core.llm.output_parser import (
     EndOfTurn,
     OutputParser,
     Sentence,
@@ -17,7 +17,7 @@ from bolt_agent.core.output_parser import (
     ToolCall,
     ToolCallError,
 )
-from bolt_agent.core.tool_registry import ToolRegistry
+from bolt_agent.core.tools.registry import ToolRegistry
 
 REGISTRY = ToolRegistry.from_config(
     [

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from bolt_agent.core.scenario import TurnLog, evaluate, load_scenario
+from bolt_agent.core.sim.scenario import TurnLog, evaluate, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from bolt_agent.core.chat_template import ChatTemplate, Knobs
-from bolt_agent.core.dialogue import INTERRUPTED_MARKER, Dialogue, Step
-from bolt_agent.core.profile import load_profile
-from bolt_agent.core.tool_grammar import build_grammar
-from bolt_agent.core.tool_registry import ToolConfigError, ToolRegistry
+from bolt_agent.core.llm.chat_template import ChatTemplate, Knobs
+from bolt_agent.core.llm.dialogue import INTERRUPTED_MARKER, Dialogue, Step
+from bolt_agent.core.llm.profile import load_profile
+from bolt_agent.core.llm.tool_grammar import build_grammar
+from bolt_agent.core.tools.registry import ToolConfigError, ToolRegistry
 
 
 @pytest.fixture(scope="module")

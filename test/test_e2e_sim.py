@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bolt_agent.core.scenario import ScenarioError, load_scenario
+from bolt_agent.core.sim.scenario import ScenarioError, load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "config" / "scenarios"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bolt_agent.launch_plan import ARGUMENTS, PLAN, resolve
+from bolt_agent.stack.launch_plan import ARGUMENTS, PLAN, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH_FILES = sorted((ROOT / "launch").glob("*.launch.py"))
@@ -82,7 +82,7 @@ def test_sim_bag_and_switches():
 def test_launch_description_builds_when_launch_is_available():
     """Runs the real builder where `launch` exists (a ROS 2 install); here it checks that the
     builder fails only for want of `launch`, not for any error of ours."""
-    from bolt_agent import launch_builder
+    from bolt_agent.stack import launch_builder
 
     spec = importlib.util.find_spec("launch")
     # the repository's own launch/ folder is a namespace package (no origin): not ROS's `launch`

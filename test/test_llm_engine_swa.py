@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from llama_cpp import llama_cpp as capi
 
-from bolt_agent.core.llm_engine import LlamaConfig, LlamaEngine, SamplingParams
+from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
+from bolt_agent.core.llm.types import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
 HISTORY = " ".join(f"Shelf {i} holds a red cup and a blue plate." for i in range(70))

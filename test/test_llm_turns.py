@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from bolt_agent.core.chat_template import Knobs
-from bolt_agent.core.dialogue import INTERRUPTED_MARKER, Dialogue
-from bolt_agent.core.llm_engine import LlamaConfig, LlamaEngine, SamplingParams
+from bolt_agent.core.llm.chat_template import Knobs
+from bolt_agent.core.llm.dialogue import INTERRUPTED_MARKER, Dialogue
+from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
+from bolt_agent.core.llm.profile import load_profile
+from bolt_agent.core.llm.scripted_engine import ScriptedEngine
+from bolt_agent.core.llm.turn_runner import RunnerConfig, ToolResult, TurnRequest, TurnRunner
+from bolt_agent.core.llm.types import SamplingParams
 from bolt_agent.core.models import resolve_model
-from bolt_agent.core.profile import load_profile
-from bolt_agent.core.scripted_engine import ScriptedEngine
-from bolt_agent.core.turn_runner import RunnerConfig, ToolResult, TurnRequest, TurnRunner
 from turn_sinks import RecordingSink
 
 

@@ -54,7 +54,7 @@ def test_release_free_memory_returns_a_bool():
 
 def test_piper_gives_the_arena_back_only_after_long_sentences():
     from bolt_agent.core.models import resolve_model
-    from bolt_agent.core.tts_engine import PiperEngine
+    from bolt_agent.core.speech.tts_engine import PiperEngine
 
     tts = PiperEngine(resolve_model("", kind="tts"), shrink_above_chars=30)
     tts.load()

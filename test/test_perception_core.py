@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bolt_agent.core.camera import CameraError, FrameSource
-from bolt_agent.core.image_conv import ImageEncodingError, from_image_fields, to_image_fields
-from bolt_agent.core.perception import (
+from bolt_agent.core.vision.camera import CameraError, FrameSource
+from bolt_agent.core.vision.image_conv import ImageEncodingError, from_image_fields, to_image_fields
+from bolt_agent.core.vision.perception import (
     BackendUnavailableError,
     Box,
     ClassicalBackend,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from sensor_msgs.msg import Image
 
-from bolt_agent.core.image_conv import from_image_fields, to_image_fields
+from bolt_agent.core.vision.image_conv import from_image_fields, to_image_fields
 from bolt_agent.nodes import qos
 from bolt_agent_interfaces.msg import SceneDescription
 from perception_videos import astronaut_bgr, scenario_frames, write_video

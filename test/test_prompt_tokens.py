@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from bolt_agent.core.chat_template import Knobs
-from bolt_agent.core.llm_engine import LlamaConfig, LlamaEngine
-from bolt_agent.core.prompt_tokens import PromptTokenizer
+from bolt_agent.core.llm.chat_template import Knobs
+from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
+from bolt_agent.core.llm.llama.prompt_tokens import PromptTokenizer
 
 PIECES = [
     "the", " robot", " counted", " item", "number", " 42", "3", " ", "  ", "\n", "\n\n", "\t",

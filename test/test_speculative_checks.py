@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bolt_agent.core.speculative import SpecConfig, build_speculator
-from bolt_agent.core.speculative.gguf_check import (
+from bolt_agent.core.llm.llama.speculative import SpecConfig, build_speculator
+from bolt_agent.core.llm.llama.speculative.gguf_check import (
     DrafterError,
     TargetInfo,
     check_pair,
     read_drafter,
 )
-from bolt_agent.core.speculative.ngram import lookup
+from bolt_agent.core.llm.llama.speculative.ngram import lookup
 from tiny_gguf import DrafterSpec, TargetSpec, truncate, write_drafter, write_target
 
 LLAMA3 = TargetInfo(arch="llama", n_layer=3, n_embd=64, n_vocab=354)

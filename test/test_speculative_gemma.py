@@ -6,12 +6,13 @@ import numpy as np
 import pytest
 from llama_cpp import llama_cpp as capi
 
-from bolt_agent.core.chat_template import Knobs
-from bolt_agent.core.llm_engine import LlamaConfig, LlamaEngine, SamplingParams
+from bolt_agent.core.llm.chat_template import Knobs
+from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
+from bolt_agent.core.llm.llama.speculative.decoder import PHASE_MARKERS
+from bolt_agent.core.llm.output_parser import _THINK
+from bolt_agent.core.llm.turn_runner import TurnRequest
+from bolt_agent.core.llm.types import SamplingParams
 from bolt_agent.core.models import resolve_model
-from bolt_agent.core.output_parser import _THINK
-from bolt_agent.core.speculative.decoder import PHASE_MARKERS
-from bolt_agent.core.turn_runner import TurnRequest
 from tiny_gguf import DrafterSpec, Sink, generate, runner_for, write_drafter
 
 GREEDY = SamplingParams(temperature=0.0)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from bolt_agent.core.chat_template import Knobs
-from bolt_agent.core.llm_engine import LlamaConfig, LlamaEngine, SamplingParams
-from bolt_agent.core.speculative import DrafterError, SpecConfig, build_speculator
-from bolt_agent.core.turn_runner import TurnRequest
+from bolt_agent.core.llm.chat_template import Knobs
+from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
+from bolt_agent.core.llm.llama.speculative import DrafterError, SpecConfig, build_speculator
+from bolt_agent.core.llm.turn_runner import TurnRequest
+from bolt_agent.core.llm.types import SamplingParams
 from tiny_gguf import (
     MASK_CHAR,
     DrafterSpec,

@@ -11,7 +11,7 @@ import pytest
 from std_msgs.msg import String
 
 from audio_fixtures import pulse, speech_wav, wait_for, wer  # noqa: F401 - fixtures
-from bolt_agent.core.audio_io import float_to_int16
+from bolt_agent.core.speech.audio_io import float_to_int16
 from bolt_agent.nodes import qos
 from bolt_agent_interfaces.msg import AudioChunk, Transcript, TtsState, TurnMetrics, VoiceActivity
 from ros_helpers import ros_node, spin_until, wait_for_subscriber

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from audio_fixtures import speech_wav, wer  # noqa: F401 - fixture
-from bolt_agent.core.asr_engine import combine_segments
-from bolt_agent.core.audio_io import (
+from bolt_agent.core.speech.asr_engine import combine_segments
+from bolt_agent.core.speech.audio_io import (
     DeviceInfo,
     DeviceNotFoundError,
     StreamResampler,
@@ -19,9 +19,15 @@ from bolt_agent.core.audio_io import (
     select_device,
     to_mono,
 )
-from bolt_agent.core.playback import PacedSink
-from bolt_agent.core.tts_engine import split_sentences, spoken_prefix
-from bolt_agent.core.vad_segmenter import WINDOW, SpeechEnd, SpeechStart, VadConfig, VadSegmenter
+from bolt_agent.core.speech.playback import PacedSink
+from bolt_agent.core.speech.tts_engine import split_sentences, spoken_prefix
+from bolt_agent.core.speech.vad_segmenter import (
+    WINDOW,
+    SpeechEnd,
+    SpeechStart,
+    VadConfig,
+    VadSegmenter,
+)
 
 TOLERANCE = int(0.2 * 16000)
 
@@ -133,7 +139,7 @@ def test_vad_pending_end_announces_the_end_and_is_withdrawn_when_speech_resumes(
 
 
 def test_first_clause_goes_out_early_only_once():
-    from bolt_agent.core.sentences import SentenceSplitter
+    from bolt_agent.core.speech.sentences import SentenceSplitter
 
     def split(text: str, chars: int) -> list[str]:
         splitter, out = SentenceSplitter(chars), []
@@ -270,8 +276,8 @@ def test_paced_sink_plays_in_real_time_and_stops_at_once():
 
 @pytest.mark.slow
 def test_whisper_encoder_window_gives_the_same_words(speech_wav):  # noqa: F811
-    from bolt_agent.core.asr_engine import FasterWhisperEngine
     from bolt_agent.core.models import resolve_model
+    from bolt_agent.core.speech.asr_engine import FasterWhisperEngine
 
     full = FasterWhisperEngine(resolve_model("", kind="asr"), "cpu", encoder_window_s=30)
     windowed = FasterWhisperEngine(resolve_model("", kind="asr"), "cpu", encoder_window_s=10)
@@ -289,8 +295,8 @@ def test_whisper_encoder_window_gives_the_same_words(speech_wav):  # noqa: F811
 
 @pytest.mark.slow
 def test_whisper_auto_device_falls_back_to_cpu_and_silence_gives_nothing(monkeypatch):
-    from bolt_agent.core.asr_engine import FasterWhisperEngine
     from bolt_agent.core.models import resolve_model
+    from bolt_agent.core.speech.asr_engine import FasterWhisperEngine
 
     monkeypatch.setattr(FasterWhisperEngine, "pick_device", staticmethod(lambda _d: "cuda"))
     engine = FasterWhisperEngine(resolve_model("", kind="asr"), device="auto")

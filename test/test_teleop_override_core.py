@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from bolt_agent.core.animation import AnimationLibrary
-from bolt_agent.core.animation_control import AnimationController
+from bolt_agent.core.motion.animation import AnimationLibrary
+from bolt_agent.core.motion.animation_control import AnimationController
 
 NAMES = ["curious_tilt", "happy_nod", "scan_room", "wave_antenna", "breathing"]
 

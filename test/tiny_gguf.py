@@ -240,10 +240,10 @@ Sink = RecordingSink  # the turn tests' recording sink
 
 
 def runner_for(engine, max_steps: int, max_new_tokens: int):
-    from bolt_agent.core.dialogue import Dialogue
-    from bolt_agent.core.llm_engine import SamplingParams
-    from bolt_agent.core.profile import load_profile
-    from bolt_agent.core.turn_runner import RunnerConfig, TurnRunner
+    from bolt_agent.core.llm.dialogue import Dialogue
+    from bolt_agent.core.llm.profile import load_profile
+    from bolt_agent.core.llm.turn_runner import RunnerConfig, TurnRunner
+    from bolt_agent.core.llm.types import SamplingParams
 
     profile = load_profile("reachy_mini")
     config = RunnerConfig(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
-from bolt_agent.core.turn_runner import ToolResult
+from bolt_agent.core.llm.turn_runner import ToolResult
 
 
 class RecordingSink:

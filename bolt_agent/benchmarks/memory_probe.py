@@ -103,7 +103,7 @@ def _reexec_for_malloc(args: argparse.Namespace, argv: list[str]) -> None:
 def utterances(tts, n: int) -> list[np.ndarray]:
     """The voice benchmark's user lines, Piper-made, 16 kHz, with 0.3 s lead and 0.8 s tail."""
     from bolt_agent.benchmarks.voice_loop import UTTERANCES
-    from bolt_agent.core.audio_io import int16_to_float, resample
+    from bolt_agent.core.speech.audio_io import int16_to_float, resample
 
     out = []
     for text in UTTERANCES[: min(n, len(UTTERANCES))]:
@@ -127,7 +127,7 @@ class _Sink:
     def dispatch(self, *_a):
         from concurrent.futures import Future
 
-        from bolt_agent.core.turn_runner import ToolResult
+        from bolt_agent.core.llm.turn_runner import ToolResult
 
         f: Future = Future()
         f.set_result(ToolResult(True, "done"))
@@ -142,11 +142,11 @@ class _Engines:
     """The three engines, each driven from a worker thread of its own (as in the nodes)."""
 
     def __init__(self, args: argparse.Namespace, libc) -> None:
-        from bolt_agent.core.asr_engine import FasterWhisperEngine
-        from bolt_agent.core.llm_engine import LlamaConfig, LlamaEngine
+        from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
         from bolt_agent.core.models import resolve_model
-        from bolt_agent.core.tts_engine import PiperEngine
-        from bolt_agent.core.vad_segmenter import VadSegmenter
+        from bolt_agent.core.speech.asr_engine import FasterWhisperEngine
+        from bolt_agent.core.speech.tts_engine import PiperEngine
+        from bolt_agent.core.speech.vad_segmenter import VadSegmenter
 
         self.args, self.libc, self.only = args, libc, set(args.only.split(","))
         self.pools = {k: ThreadPoolExecutor(1, thread_name_prefix=k) for k in ("asr", "llm", "tts")}
@@ -183,10 +183,10 @@ class _Engines:
         self.mem["llm"] = memory(libc)
 
     def _runner(self):
-        from bolt_agent.core.dialogue import Dialogue
-        from bolt_agent.core.llm_engine import SamplingParams
-        from bolt_agent.core.profile import load_profile
-        from bolt_agent.core.turn_runner import RunnerConfig, TurnRunner
+        from bolt_agent.core.llm.dialogue import Dialogue
+        from bolt_agent.core.llm.profile import load_profile
+        from bolt_agent.core.llm.turn_runner import RunnerConfig, TurnRunner
+        from bolt_agent.core.llm.types import SamplingParams
 
         prof = load_profile("reachy_mini")
         config = RunnerConfig(
@@ -204,9 +204,9 @@ class _Engines:
         return (res.text if res else ""), time.perf_counter() - t0
 
     def turn(self, i: int) -> dict:
-        from bolt_agent.core.chat_template import Knobs
+        from bolt_agent.core.llm.chat_template import Knobs
+        from bolt_agent.core.llm.turn_runner import TurnRequest
         from bolt_agent.core.memory import release_free_memory
-        from bolt_agent.core.turn_runner import TurnRequest
 
         row: dict = {"turn": i}
         text = "Hello there! What is your name?"
@@ -257,7 +257,7 @@ def _write_malloc_info(libc, path: str) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from bolt_agent.bench import model_bytes
+    from bolt_agent.cli.bench import model_bytes
 
     libc = _libc()
     engines = _Engines(args, libc)

@@ -9,12 +9,11 @@
 - ``llm``: our engine (``LlamaEngine``/``LlamaSession``, what llm_node runs) vs raw
   ``Llama.create_completion`` (same prompt, greedy): TTFT and tok/s; TTFT with 4K tokens of
   history vs none (prefix reuse); output tokens per knob setting (``TurnRunner``).
-- ``speech``: ASR/TTS real-time factors and TTS time to first audio (``bench/speech_bench.py``).
+- ``speech``: ASR/TTS real-time factors and TTS time to first audio (``speech_bench``).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
 import sys
@@ -24,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bolt_agent.core.chat_template import THINK_OPEN, Knobs
+from bolt_agent.core.llm.chat_template import Knobs
+from bolt_agent.core.llm.markers import THINK_CLOSE, THINK_OPEN
 from bolt_agent.core.models import resolve_model
-from bolt_agent.core.paths import config_dir
 
 RATE = 16000
 PROMPT = "Tell me a short story about a small robot who learns to dance in the kitchen."
@@ -38,7 +37,7 @@ def _wav(path: str) -> np.ndarray:
 
 
 def _profile(name: str):
-    from bolt_agent.core.profile import load_profile
+    from bolt_agent.core.llm.profile import load_profile
 
     return load_profile(name)
 
@@ -50,10 +49,10 @@ def raw_pipeline(cfg: dict) -> dict:
     from llama_cpp import Llama, LlamaGrammar
     from piper import PiperVoice
 
-    from bolt_agent.core.asr_engine import encoder_frames, windowed_whisper_model
-    from bolt_agent.core.dialogue import Dialogue, Step
-    from bolt_agent.core.sentences import SentenceSplitter
-    from bolt_agent.core.tool_grammar import build_grammar
+    from bolt_agent.core.llm.dialogue import Dialogue, Step
+    from bolt_agent.core.llm.tool_grammar import build_grammar
+    from bolt_agent.core.speech.asr_engine import encoder_frames, windowed_whisper_model
+    from bolt_agent.core.speech.sentences import SentenceSplitter
 
     voice = cfg.get("voice", {})
     llm_p, asr_p = voice.get("llm_node", {}), voice.get("asr_node", {})
@@ -75,7 +74,7 @@ def raw_pipeline(cfg: dict) -> dict:
         verbose=False,
     )
     tts = PiperVoice.load(str(resolve_model("", kind="tts")))
-    from bolt_agent.core.chat_template import ChatTemplate
+    from bolt_agent.core.llm.chat_template import ChatTemplate
 
     bos = llm.detokenize([llm.token_bos()], special=True).decode()
     template = ChatTemplate.bundled(bos_token=bos)
@@ -132,7 +131,7 @@ def raw_pipeline(cfg: dict) -> dict:
             ):
                 ttft = ttft if ttft is not None else time.perf_counter() - t1
                 thought += chunk["choices"][0]["text"]
-            close = "<channel|>"
+            close = THINK_CLOSE
             prompt2 = prompt + THINK_OPEN + thought.split(close)[0] + close
         answer, first, splitter = "", "", SentenceSplitter(clause)
         for chunk in llm.create_completion(
@@ -175,7 +174,8 @@ def raw_pipeline(cfg: dict) -> dict:
 def llm_bench(cfg: dict) -> dict:
     from llama_cpp import Llama
 
-    from bolt_agent.core.llm_engine import LlamaConfig, LlamaEngine, SamplingParams
+    from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
+    from bolt_agent.core.llm.types import SamplingParams
 
     model = str(resolve_model("", kind="llm"))
     n_tok, runs = cfg.get("llm_tokens", 64), cfg.get("llm_runs", 3)
@@ -287,7 +287,8 @@ def prefix_reuse(engine, history_tokens: int, rounds: int = len(QUESTIONS)) -> d
 
     Two engines with the same configuration hold the two conversations, and their questions are
     interleaved (empty, history, empty, …) so that load changes on a shared machine hit both."""
-    from bolt_agent.core.llm_engine import LlamaEngine, SamplingParams
+    from bolt_agent.core.llm.llama.engine import LlamaEngine
+    from bolt_agent.core.llm.types import SamplingParams
 
     greedy, knobs, tpl = (
         SamplingParams(temperature=0.0),
@@ -333,9 +334,9 @@ def prefix_reuse(engine, history_tokens: int, rounds: int = len(QUESTIONS)) -> d
 
 def knob_tokens(engine, cfg: dict) -> dict:
     """Output tokens per knob setting through TurnRunner (the node's turn logic), stack sampling."""
-    from bolt_agent.core.dialogue import Dialogue
-    from bolt_agent.core.llm_engine import SamplingParams
-    from bolt_agent.core.turn_runner import RunnerConfig, TurnRequest, TurnRunner
+    from bolt_agent.core.llm.dialogue import Dialogue
+    from bolt_agent.core.llm.turn_runner import RunnerConfig, TurnRequest, TurnRunner
+    from bolt_agent.core.llm.types import SamplingParams
 
     prof = _profile(cfg.get("profile", "reachy_mini"))
 
@@ -346,7 +347,7 @@ def knob_tokens(engine, cfg: dict) -> dict:
         def dispatch(self, *_a):
             from concurrent.futures import Future
 
-            from bolt_agent.core.turn_runner import ToolResult
+            from bolt_agent.core.llm.turn_runner import ToolResult
 
             f: Future = Future()
             f.set_result(ToolResult(True, "done"))
@@ -388,12 +389,9 @@ def knob_tokens(engine, cfg: dict) -> dict:
 
 
 def speech(cfg: dict) -> dict:
-    """ASR/TTS figures from bench/speech_bench.py (imported, not copied), plus TTS RTF."""
-    path = config_dir().parent / "bench" / "speech_bench.py"
-    spec = importlib.util.spec_from_file_location("speech_bench", path)
-    sb = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sb)
-    from bolt_agent.core.tts_engine import PiperEngine
+    """ASR/TTS figures from ``benchmarks.speech_bench`` (imported, not copied), plus TTS RTF."""
+    from bolt_agent.benchmarks import speech_bench as sb
+    from bolt_agent.core.speech.tts_engine import PiperEngine
 
     runs = cfg.get("speech_runs", 2)
     tts = PiperEngine(resolve_model("", kind="tts"), cpu_threads=1)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from pathlib import Path
 
 
@@ -27,10 +26,8 @@ def rss_mb(pid: int | str = "self") -> dict[str, float]:
 
 
 def main(argv: list[str]) -> int:
-    import rclpy
-    from rclpy.executors import MultiThreadedExecutor
-
-    from bolt_agent.stack import StackSpec, build_stack, make_node  # noqa: F401
+    from bolt_agent.stack.session import StackSession
+    from bolt_agent.stack.spec import StackSpec
 
     cfg = json.loads(argv[0]) if argv else {}
     if cfg.get("switch_interval"):  # experiment: the GIL hand-over period (default 5 ms)
@@ -41,50 +38,36 @@ def main(argv: list[str]) -> int:
         overrides=cfg.get("overrides", {}),
         nodes=cfg.get("nodes", []),
     )
-    rclpy.init()
-    base = rss_mb()
-    executor = MultiThreadedExecutor(num_threads=8)
-    nodes = build_stack(spec)
-    built = rss_mb()
-    for node in nodes:
-        executor.add_node(node)
-    spin = threading.Thread(target=executor.spin, daemon=True)
-    spin.start()
-    from rclpy.parameter import Parameter
+    with StackSession(spec) as session:  # rclpy up; torn down (lifecycle shutdown too) on exit
+        base = rss_mb()
+        session.build()
+        built = rss_mb()
+        session.start()
+        per_node, prev = {}, built["VmRSS"]
 
-    from bolt_agent.nodes import runtime
+        def measure(node) -> None:  # RSS growth during the node's configure + activate
+            nonlocal prev
+            now = rss_mb()["VmRSS"]
+            per_node[node.get_name()] = now - prev
+            prev = now
 
-    per_node, failed, prev = {}, [], built["VmRSS"]
-    for node in nodes:
-        if node.has_parameter("autostart"):
-            node.set_parameters([Parameter("autostart", value=True)])
-            if not runtime.bring_up(node):
-                failed.append(node.get_name())
-        now = rss_mb()["VmRSS"]
-        per_node[node.get_name()] = now - prev
-        prev = now
-    event = {
-        "event": "ready" if not failed else "failed",
-        "failed": failed,
-        "rss": {
-            "python_rclpy_mb": base["VmRSS"],
-            "after_construct_mb": built["VmRSS"],
-            "per_node_mb": per_node,
-            "total": rss_mb(),
-        },
-    }
-    print(json.dumps(event), flush=True)
-    try:
+        failed = session.bring_up(after_each=measure)  # no progress lines: stdout is JSON
+        event = {
+            "event": "ready" if not failed else "failed",
+            "failed": failed,
+            "rss": {
+                "python_rclpy_mb": base["VmRSS"],
+                "after_construct_mb": built["VmRSS"],
+                "per_node_mb": per_node,
+                "total": rss_mb(),
+            },
+        }
+        print(json.dumps(event), flush=True)
         for line in sys.stdin:
             if line.strip() == "rss":
                 print(json.dumps({"event": "rss", "rss": rss_mb()}), flush=True)
             elif line.strip() == "quit":
                 break
-    finally:
-        executor.shutdown()
-        for node in reversed(nodes):
-            node.destroy_node()
-        rclpy.try_shutdown()
     return 1 if failed else 0
 
 

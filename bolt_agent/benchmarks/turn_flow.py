@@ -35,7 +35,7 @@ class _Sink:
             self.first_sentence = time.perf_counter()
 
     def dispatch(self, turn_id, name, arguments):
-        from bolt_agent.core.turn_runner import ToolResult
+        from bolt_agent.core.llm.turn_runner import ToolResult
 
         f: Future = Future()
         f.set_result(ToolResult(True, {"status": "done"}))
@@ -46,12 +46,13 @@ class _Sink:
 
 
 def run(turns: int = 6) -> dict:
-    from bolt_agent.core.chat_template import Knobs
-    from bolt_agent.core.dialogue import Dialogue
-    from bolt_agent.core.llm_engine import LlamaConfig, LlamaEngine, SamplingParams
+    from bolt_agent.core.llm.chat_template import Knobs
+    from bolt_agent.core.llm.dialogue import Dialogue
+    from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
+    from bolt_agent.core.llm.profile import load_profile
+    from bolt_agent.core.llm.turn_runner import RunnerConfig, TurnRequest, TurnRunner
+    from bolt_agent.core.llm.types import SamplingParams
     from bolt_agent.core.models import resolve_model
-    from bolt_agent.core.profile import load_profile
-    from bolt_agent.core.turn_runner import RunnerConfig, TurnRequest, TurnRunner
 
     prof = load_profile("reachy_mini")
     engine = LlamaEngine(LlamaConfig(str(resolve_model("", kind="llm")), n_threads=2)).load()

@@ -73,9 +73,9 @@ class TurnOutcome:
 
 
 def make_utterances(out_dir: Path, n: int) -> list[Utterance]:
-    from bolt_agent.core.audio_io import float_to_int16, int16_to_float, resample
     from bolt_agent.core.models import resolve_model
-    from bolt_agent.core.tts_engine import PiperEngine
+    from bolt_agent.core.speech.audio_io import float_to_int16, int16_to_float, resample
+    from bolt_agent.core.speech.tts_engine import PiperEngine
 
     engine = PiperEngine(resolve_model("", kind="tts"))
     engine.load()

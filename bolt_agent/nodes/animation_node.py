@@ -1,8 +1,8 @@
 """animation_node: the ``animation/play`` action server, teleop override, joint commands.
 
-Logic lives in ``bolt_agent.core.animation_control.AnimationController``; this node wires it to
-ROS. A dedicated control thread (absolute schedule, no drift, independent of the executor) steps
-the controller and publishes ``robot/joint_commands`` (JointState, ``header.frame_id`` = origin:
+Logic lives in ``core.motion.animation_control.AnimationController``; this node wires it to ROS.
+A dedicated control thread (absolute schedule, no drift, independent of the executor) steps the
+controller and publishes ``robot/joint_commands`` (JointState, ``header.frame_id`` = origin:
 llm | teleop | idle) and the robot's ``robot/joint_states``. Goal decisions and outcomes are
 logged and published as JSON on ``animation/events``; the override state is latched on
 ``teleop/override_state``.
@@ -23,7 +23,6 @@ from rclpy._rclpy_pybind11 import RCLError
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.action.server import ServerGoalHandle
 from rclpy.callback_groups import ReentrantCallbackGroup
-from rclpy.node import Node
 
 try:  # Iron+
     from rclpy.event_handler import SubscriptionEventCallbacks
@@ -33,10 +32,11 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, String
 
-from bolt_agent.core.animation import AnimationLibrary
-from bolt_agent.core.animation_control import AnimationController, Outcome
-from bolt_agent.core.robot_backend import make_backend
+from bolt_agent.core.motion.animation import AnimationLibrary
+from bolt_agent.core.motion.animation_control import AnimationController, Outcome
+from bolt_agent.core.motion.robot_backend import make_backend
 from bolt_agent.nodes import qos
+from bolt_agent.nodes.base import BoltNode, param
 from bolt_agent.nodes.runtime import main_for
 from bolt_agent_interfaces.action import PlayAnimation
 
@@ -54,31 +54,45 @@ class _Goal:
     executing: bool = False
 
 
-class AnimationNode(Node):
+@dataclass(frozen=True)
+class AnimationParams:
+    animations_file: str = param("", "animation library YAML ('' = config/animations.yaml)")
+    rate_hz: float = param(50.0, "control rate of robot/joint_commands (50-100 Hz)", low=1.0)
+    policy: str = param(
+        "preempt",
+        "what a new goal does to a running one",
+        choices=("preempt", "queue", "reject"),
+    )
+    backend: str = param(
+        "sim", "robot backend: sim (echoes robot/joint_states) | reachy_mini (SDK hook)"
+    )
+    idle_animation: str = param(
+        "breathing", "looped while nothing else plays ('' = off; off during override)"
+    )
+    idle_after_s: float = param(3.0, "quiet time before the idle animation starts", low=0.0)
+    feedback_rate_hz: float = param(10.0, "action feedback (progress) rate", low=0.1)
+
+
+class AnimationNode(BoltNode):
+    """Loads at construction (library, backend, control thread): every parameter is read once,
+    at start."""
+
+    Params = AnimationParams
+
     def __init__(self, **node_kwargs) -> None:  # e.g. context=, parameter_overrides=
         super().__init__("animation_node", **node_kwargs)
-        p = {
-            "animations_file": "",
-            "rate_hz": 50.0,
-            "policy": "preempt",
-            "backend": "sim",
-            "idle_animation": "breathing",
-            "idle_after_s": 3.0,
-            "feedback_rate_hz": 10.0,
-        }
-        for name, default in p.items():
-            p[name] = self.declare_parameter(name, default).value
-        library = AnimationLibrary.load(p["animations_file"] or None)
+        p = self.params
+        library = AnimationLibrary.load(p.animations_file or None)
         self.controller = AnimationController(
             library,
-            rate_hz=p["rate_hz"],
-            policy=p["policy"],
-            idle_animation=p["idle_animation"],
-            idle_after_s=p["idle_after_s"],
+            rate_hz=p.rate_hz,
+            policy=p.policy,
+            idle_animation=p.idle_animation,
+            idle_after_s=p.idle_after_s,
         )
-        self.backend = make_backend(p["backend"], self.controller.pose)
+        self.backend = make_backend(p.backend, self.controller.pose)
         self.backend.load()
-        self._feedback_every = max(1, round(p["rate_hz"] / max(p["feedback_rate_hz"], 0.1)))
+        self._feedback_every = max(1, round(p.rate_hz / max(p.feedback_rate_hz, 0.1)))
         self._ticks = 0
         self._goals: dict[str, _Goal] = {}
         self._goals_lock = threading.Lock()
@@ -113,13 +127,13 @@ class AnimationNode(Node):
             cancel_callback=self._on_cancel,
             callback_group=inputs,
         )
-        self._period = 1.0 / p["rate_hz"]
+        self._period = 1.0 / p.rate_hz
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._control_loop, name="animation_control")
         self._thread.start()
         self.get_logger().info(
-            f"animations: {', '.join(sorted(library.animations))}; {p['rate_hz']:.0f} Hz, "
-            f"policy={p['policy']}, backend={p['backend']}, idle={p['idle_animation'] or 'off'}"
+            f"animations: {', '.join(sorted(library.animations))}; {p.rate_hz:.0f} Hz, "
+            f"policy={p.policy}, backend={p.backend}, idle={p.idle_animation or 'off'}"
         )
 
     # -- control loop ---------------------------------------------------------------------------

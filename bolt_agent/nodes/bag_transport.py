@@ -2,7 +2,7 @@
 
 Both attach to a node the caller owns and spins (a CLI process, the embedded runner, a scenario
 simulator). Messages stay serialized end to end: raw subscriptions write CDR bytes as received,
-playback publishes the recorded bytes. File handling is ``bolt_agent.core.bag_io``.
+playback publishes the recorded bytes. File handling is ``bolt_agent.core.sim.bag_io``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from rosbags.interfaces import (
     QosTime,
 )
 
-from bolt_agent.core.bag_io import (
+from bolt_agent.core.sim.bag_io import (
     DEFAULT_STORAGE,
     BagError,
     BagReader,

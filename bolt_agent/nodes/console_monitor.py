@@ -10,7 +10,7 @@ from collections.abc import Callable
 from rclpy.node import Node
 from std_msgs.msg import String
 
-from bolt_agent.core.scenario import TurnLog
+from bolt_agent.core.sim.scenario import TurnLog
 from bolt_agent.nodes.metrics import STAGES
 from bolt_agent.nodes.qos import RELIABLE
 from bolt_agent_interfaces.msg import SpokenText, Transcript, TurnMetrics

@@ -4,35 +4,40 @@ An ExecuteTool action server on ``game/execute_tool`` runs ``check_shop_inventor
 ``sell_to_player`` and ``buy_from_player`` (arguments validated; an unknown tool, invalid
 arguments or a refused trade → ``success=false`` with the reason in ``error``, goal aborted).
 Feedback reports progress; the whole state is published latched on ``game/state`` (std_msgs/String,
-JSON) at start and after every trade. Rules: ``bolt_agent.core.game_state``.
+JSON) at start and after every trade. Rules: ``bolt_agent.core.tools.game_state``.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from rclpy.action import ActionServer
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.node import Node
 from std_msgs.msg import String
 
-from bolt_agent.core.game_state import GameState, GameTools
+from bolt_agent.core.tools.game_state import GameState, GameTools
 from bolt_agent.nodes import qos
+from bolt_agent.nodes.base import BoltNode, param
 from bolt_agent.nodes.runtime import main_for
 from bolt_agent_interfaces.action import ExecuteTool
 
-PARAMS = {
-    "state_file": "",  # initial state YAML ('' → config/game_state.yaml)
-}
 _CHANGES_STATE = {"sell_to_player", "buy_from_player"}
 
 
-class GameStateNode(Node):
+@dataclass(frozen=True)
+class GameStateParams:
+    state_file: str = param(
+        "", "initial state YAML ('' = config/game_state.yaml); read at start", load_time=True
+    )
+
+
+class GameStateNode(BoltNode):
+    Params = GameStateParams
+
     def __init__(self, **node_kwargs) -> None:  # e.g. context=, parameter_overrides=
         super().__init__("game_state_node", **node_kwargs)
-        for name, default in PARAMS.items():
-            self.declare_parameter(name, default)
-        state_file = self.get_parameter("state_file").value
+        state_file = self.params.state_file
         self.tools = GameTools(GameState.load(state_file))
         self.state_pub = self.create_publisher(String, "game/state", qos.LATCHED)
         self.server = ActionServer(

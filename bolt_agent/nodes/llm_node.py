@@ -13,33 +13,35 @@ from __future__ import annotations
 
 import itertools
 import json
-import queue
 import threading
-import time
 import uuid
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass
 from typing import Any
 
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.lifecycle import TransitionCallbackReturn
 from std_msgs.msg import Bool, String
 
-from bolt_agent.core.chat_template import Knobs
-from bolt_agent.core.dialogue import Dialogue
-from bolt_agent.core.llm_engine import EngineError, LlamaConfig, LlamaEngine, SamplingParams
-from bolt_agent.core.memory import release_free_memory
-from bolt_agent.core.models import ModelNotFoundError, resolve_model
-from bolt_agent.core.profile import load_profile
-from bolt_agent.core.turn_runner import (
+from bolt_agent.core.llm.chat_template import Knobs
+from bolt_agent.core.llm.dialogue import Dialogue
+from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
+from bolt_agent.core.llm.profile import load_profile
+from bolt_agent.core.llm.turn_runner import (
     RunnerConfig,
     ToolResult,
     TurnRequest,
     TurnResult,
     TurnRunner,
 )
+from bolt_agent.core.llm.turn_scheduler import NotActiveError, TurnScheduler
+from bolt_agent.core.llm.types import EngineError, SamplingParams
+from bolt_agent.core.memory import release_free_memory
+from bolt_agent.core.models import ModelNotFoundError, resolve_model
 from bolt_agent.nodes import runtime
+from bolt_agent.nodes.base import BoltLifecycleNode, param
 from bolt_agent.nodes.metrics import TurnMetricsPublisher
 from bolt_agent.nodes.qos import LATCHED, RELIABLE
 from bolt_agent.nodes.tool_dispatcher import ToolDispatcher
@@ -52,131 +54,175 @@ from bolt_agent_interfaces.msg import (
     VoiceActivity,
 )
 
-#: name → (default, description). Declared once; config/params/llm_node.yaml mirrors it.
-PARAMETERS: dict[str, tuple[Any, str]] = {
-    "model": ("", "model name from config/models.yaml or a GGUF path ('' = default llm)"),
-    "n_ctx": (4096, "context window (up to 65536 for Bolt E4B)"),
-    "n_gpu_layers": (0, "layers offloaded to the GPU (-1 = all; Jetson)"),
-    "n_threads": (2, "CPU threads for llama.cpp decoding"),
-    "n_threads_batch": (0, "CPU threads for prompt prefill (0 = n_threads)"),
-    "n_batch": (256, "prompt batch size"),
-    "n_ubatch": (
+
+@dataclass(frozen=True)
+class LlmParams:
+    """llm_node parameters; config/params/llm_node.yaml mirrors the defaults."""
+
+    model: str = param(
+        "", "model name from config/models.yaml or a GGUF path ('' = default llm)", load_time=True
+    )
+    n_ctx: int = param(4096, "context window (up to 65536 for Bolt E4B)", load_time=True, low=128)
+    n_gpu_layers: int = param(
+        0, "layers offloaded to the GPU (-1 = all; Jetson)", load_time=True, low=-1
+    )
+    n_threads: int = param(2, "CPU threads for llama.cpp decoding", load_time=True, low=1)
+    n_threads_batch: int = param(
+        0, "CPU threads for prompt prefill (0 = n_threads)", load_time=True, low=0
+    )
+    n_batch: int = param(256, "prompt batch size", load_time=True, low=1)
+    n_ubatch: int = param(
         256,
         "physical batch: compute buffer n_vocab x n_ubatch x 4 B, SWA cache n_swa + n_ubatch cells",
-    ),
-    "swa_full": (False, "full-size sliding-window KV cache (n_ctx cells per SWA layer)"),
-    "flash_attn": ("auto", "on | off | auto (on with GPU layers)"),
-    "chat_template": ("", "Jinja chat template override ('' = GGUF's own, else bundled)"),
-    "speculative": (
+        load_time=True,
+        low=1,
+    )
+    swa_full: bool = param(
+        False, "full-size sliding-window KV cache (n_ctx cells per SWA layer)", load_time=True
+    )
+    flash_attn: str = param(
+        "auto",
+        "on | off | auto (on with GPU layers)",
+        load_time=True,
+        choices=("on", "off", "auto"),
+    )
+    chat_template: str = param(
+        "", "Jinja chat template override ('' = GGUF's own, else bundled)", load_time=True
+    )
+    speculative: str = param(
         "none",
         "none | dflash | ngram | draft_model (falls back with a logged reason)",
-    ),
-    "draft_model": ("", "DFlash drafter or draft GGUF: model name or path"),
-    "spec_n_max": (7, "draft tokens per speculative step"),
-    "spec_p_min": (0.0, "stop a draft below this drafter probability"),
-    "profile": ("reachy_mini", "persona + tools: config/profiles/<name>.yaml"),
-    "temperature": (1.0, "sampling temperature (seed default 1.0)"),
-    "top_p": (0.95, "nucleus sampling (seed default 0.95)"),
-    "top_k": (64, "top-k sampling (seed default 64)"),
-    "min_p": (0.0, "min-p sampling (0 = off)"),
-    "seed": (-1, "sampling seed (-1 = random)"),
-    "enable_thinking": (True, "default for requests: reason before answering"),
-    "thinking_token_budget": (-1, "default thinking budget in tokens (-1 = unset)"),
-    "conversational_mode": (False, "default: inject the brevity instruction"),
-    "tool_choice": ("auto", "auto | none | required | <tool name> (first step of a turn)"),
-    "constrained": ("auto", "GBNF output: on | off | auto (on when the GGUF has no template)"),
-    "max_steps": (3, "model steps per turn (tool results → continuation)"),
-    "max_new_tokens": (192, "tokens per step"),
-    "max_thinking_tokens": (512, "safety cap on thinking when no budget is set"),
-    "max_speech_chars": (160, "constrained mode: characters of speech per step"),
-    "max_calls_per_step": (1, "constrained mode: tool calls per step"),
-    "first_clause_chars": (
+        load_time=True,
+        choices=("none", "dflash", "ngram", "draft_model"),
+    )
+    draft_model: str = param("", "DFlash drafter or draft GGUF: model name or path", load_time=True)
+    spec_n_max: int = param(7, "draft tokens per speculative step", load_time=True, low=1, high=64)
+    spec_p_min: float = param(
+        0.0, "stop a draft below this drafter probability", load_time=True, low=0.0, high=1.0
+    )
+    profile: str = param(
+        "reachy_mini", "persona + tools: config/profiles/<name>.yaml", load_time=True
+    )
+    temperature: float = param(
+        1.0, "sampling temperature (seed default 1.0)", load_time=True, low=0.0
+    )
+    top_p: float = param(
+        0.95, "nucleus sampling (seed default 0.95)", load_time=True, low=0.0, high=1.0
+    )
+    top_k: int = param(64, "top-k sampling (seed default 64)", load_time=True, low=0)
+    min_p: float = param(0.0, "min-p sampling (0 = off)", load_time=True, low=0.0, high=1.0)
+    seed: int = param(-1, "sampling seed (-1 = random)", load_time=True)
+    enable_thinking: bool = param(True, "default for requests: reason before answering")
+    thinking_token_budget: int = param(-1, "default thinking budget in tokens (-1 = unset)", low=-1)
+    conversational_mode: bool = param(False, "default: inject the brevity instruction")
+    tool_choice: str = param("auto", "auto | none | required | <tool name> (first step of a turn)")
+    constrained: str = param(
+        "auto",
+        "GBNF output: on | off | auto (on when the GGUF has no template)",
+        load_time=True,
+        choices=("on", "off", "auto"),
+    )
+    max_steps: int = param(
+        3, "model steps per turn (tool results → continuation)", load_time=True, low=1
+    )
+    max_new_tokens: int = param(192, "tokens per step", load_time=True, low=1)
+    max_thinking_tokens: int = param(
+        512, "safety cap on thinking when no budget is set", load_time=True, low=0
+    )
+    max_speech_chars: int = param(
+        160, "constrained mode: characters of speech per step", load_time=True, low=1
+    )
+    max_calls_per_step: int = param(
+        1, "constrained mode: tool calls per step", load_time=True, low=0
+    )
+    first_clause_chars: int = param(
         0,
         "> 0: the first sentence of a turn may end at a clause (', ; :') this long, for TTS",
-    ),
-    "cancel_tools_on_cancel": (True, "cancel a turn's tool goals when the turn is cancelled"),
-    "barge_in_cancels": (True, "a barge-in cancels generation and speech"),
-    "prefill_on_partial": (
+        load_time=True,
+        low=0,
+    )
+    cancel_tools_on_cancel: bool = param(
+        True, "cancel a turn's tool goals when the turn is cancelled"
+    )
+    barge_in_cancels: bool = param(True, "a barge-in cancels generation and speech")
+    prefill_on_partial: bool = param(
         True,
         "prefill the prompt at start-up, speech start and partial transcripts (KV prefix reuse)",
-    ),
-    "tool_server_wait_s": (2.0, "how long to wait for a tool's action server"),
-    "release_memory_after_turn": (
-        True,
-        "malloc_trim after each turn (returns freed heap pages; ~10-20 ms, after the turn)",
-    ),
-}
+    )
+    tool_server_wait_s: float = param(
+        2.0, "how long to wait for a tool's action server", load_time=True, low=0.0
+    )
+    release_memory_after_turn: bool = param(
+        True, "malloc_trim after each turn (returns freed heap pages; ~10-20 ms, after the turn)"
+    )
 
 
-class LlmNode(LifecycleNode):
+class LlmNode(BoltLifecycleNode):
+    Params = LlmParams
+
     def __init__(self, **kwargs):
         super().__init__("llm_node", **kwargs)
-        for name, (default, _description) in PARAMETERS.items():
-            self.declare_parameter(name, default)
-        runtime.declare_autostart(self)
-        self._jobs: queue.Queue = queue.Queue()
         self._worker: threading.Thread | None = None
-        self._active = False
         self._muted = False
         self._scene: str | None = None
-        self._current_turn = ""
         self._teleop_ids = itertools.count(1)
         self.runner: TurnRunner | None = None
+        self.scheduler: TurnScheduler | None = None
         self.engine: LlamaEngine | None = None
         self._entities: list[Any] = []
 
-    def p(self, name: str) -> Any:
-        return self.get_parameter(name).value
-
     # --- lifecycle -----------------------------------------------------------------------------
-    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+    def configure(self) -> TransitionCallbackReturn:
+        p = self.params
         try:
-            profile = load_profile(self.p("profile"))
-            model_path = resolve_model(self.p("model"), kind="llm")
-            draft = self.p("draft_model")
-            draft_path = str(resolve_model(draft, kind="drafter")) if draft else ""
+            profile = load_profile(p.profile)
+            model_path = resolve_model(p.model, kind="llm")
+            draft_path = str(resolve_model(p.draft_model, kind="drafter")) if p.draft_model else ""
             self.engine = LlamaEngine(
                 LlamaConfig(
                     model_path=str(model_path),
-                    n_ctx=self.p("n_ctx"),
-                    n_gpu_layers=self.p("n_gpu_layers"),
-                    n_threads=self.p("n_threads"),
-                    n_threads_batch=self.p("n_threads_batch"),
-                    n_batch=self.p("n_batch"),
-                    n_ubatch=self.p("n_ubatch"),
-                    swa_full=self.p("swa_full"),
-                    flash_attn=self.p("flash_attn"),
-                    chat_template=self.p("chat_template"),
-                    speculative=self.p("speculative"),
+                    n_ctx=p.n_ctx,
+                    n_gpu_layers=p.n_gpu_layers,
+                    n_threads=p.n_threads,
+                    n_threads_batch=p.n_threads_batch,
+                    n_batch=p.n_batch,
+                    n_ubatch=p.n_ubatch,
+                    swa_full=p.swa_full,
+                    flash_attn=p.flash_attn,
+                    chat_template=p.chat_template,
+                    speculative=p.speculative,
                     draft_model=draft_path,
-                    spec_n_max=self.p("spec_n_max"),
-                    spec_p_min=self.p("spec_p_min"),
+                    spec_n_max=p.spec_n_max,
+                    spec_p_min=p.spec_p_min,
                 )
             ).load()
         except (ModelNotFoundError, EngineError, FileNotFoundError, ValueError) as exc:
             self.get_logger().error(f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
         constrained = {"on": True, "off": False}.get(
-            self.p("constrained"), self.engine.chat_template.is_bundled
+            p.constrained, self.engine.chat_template.is_bundled
         )
         config = RunnerConfig(
             sampling=SamplingParams(
-                temperature=self.p("temperature"),
-                top_p=self.p("top_p"),
-                top_k=self.p("top_k"),
-                min_p=self.p("min_p"),
-                seed=self.p("seed"),
+                temperature=p.temperature, top_p=p.top_p, top_k=p.top_k, min_p=p.min_p, seed=p.seed
             ),
             constrained=constrained,
-            max_new_tokens=self.p("max_new_tokens"),
-            max_steps=self.p("max_steps"),
-            max_thinking_tokens=self.p("max_thinking_tokens"),
-            max_speech_chars=self.p("max_speech_chars"),
-            max_calls_per_step=self.p("max_calls_per_step"),
-            first_clause_chars=self.p("first_clause_chars"),
+            max_new_tokens=p.max_new_tokens,
+            max_steps=p.max_steps,
+            max_thinking_tokens=p.max_thinking_tokens,
+            max_speech_chars=p.max_speech_chars,
+            max_calls_per_step=p.max_calls_per_step,
+            first_clause_chars=p.first_clause_chars,
         )
         self.profile = profile
         self.runner = TurnRunner(self.engine, Dialogue(profile.persona), profile.registry, config)
+        self.scheduler = TurnScheduler(
+            self.runner,
+            self._request,
+            on_cancel=self._on_turn_cancelled,
+            after_turn=self._after_turn,
+            logger=self.get_logger(),
+        )
         self._make_entities()
         self.get_logger().info(
             f"loaded {model_path.name} in {self.engine.load_s:.1f}s (template: "
@@ -194,7 +240,7 @@ class LlmNode(LifecycleNode):
         self._stop_pub = self.create_publisher(String, "tts/stop", RELIABLE)
         self._tool_pub = self.create_publisher(String, "llm/tool_events", RELIABLE)
         self._metrics = TurnMetricsPublisher(self, "llm")
-        self.tools = ToolDispatcher(self, self.runner.registry, self.p("tool_server_wait_s"))
+        self.tools = ToolDispatcher(self, self.runner.registry, self.params.tool_server_wait_s)
         subs = [
             (Transcript, "asr/transcript", self._on_transcript, RELIABLE),
             (String, "teleop/prompt", self._on_teleop_prompt, RELIABLE),
@@ -222,23 +268,22 @@ class LlmNode(LifecycleNode):
             callback_group=ReentrantCallbackGroup(),
         )
 
-    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._active = True
-        self._worker = threading.Thread(target=self._work, name="llm-turns", daemon=True)
+    def activate(self) -> TransitionCallbackReturn:
+        self.scheduler.start()
+        self._worker = threading.Thread(
+            target=self.scheduler.run_forever, name="llm-turns", daemon=True
+        )
         self._worker.start()
-        if self.p("prefill_on_partial"):  # the system prompt and tools, before the first turn
-            self._jobs.put(("prewarm", "startup", ""))
-        return super().on_activate(state)
+        if self.params.prefill_on_partial:  # the system prompt and tools, before the first turn
+            self.scheduler.prewarm("startup", "")
+        return TransitionCallbackReturn.SUCCESS
 
-    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._active = False
-        self.cancel_current("deactivate")
-        self._jobs.put(None)
+    def deactivate(self) -> None:
+        self.scheduler.stop()
         if self._worker is not None:
             self._worker.join(timeout=10)
-        return super().on_deactivate(state)
 
-    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+    def cleanup(self) -> None:
         for ent in self._entities:
             self.destroy_subscription(ent)
         self._entities = []
@@ -249,13 +294,7 @@ class LlmNode(LifecycleNode):
         self._metrics.destroy()
         if self.engine is not None:
             self.engine.close()
-        self.engine = self.runner = None
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        if self._active:
-            self.on_deactivate(state)
-        return TransitionCallbackReturn.SUCCESS
+        self.engine = self.runner = self.scheduler = None
 
     # --- inputs --------------------------------------------------------------------------------
     def _on_transcript(self, msg: Transcript) -> None:
@@ -263,8 +302,8 @@ class LlmNode(LifecycleNode):
             return
         if msg.is_final:
             self.submit(msg.utterance_id or uuid.uuid4().hex[:8], msg.text)
-        elif self.p("prefill_on_partial") and self._active and not self._current_turn:
-            self._jobs.put(("prewarm", msg.utterance_id, msg.text))
+        elif self.params.prefill_on_partial:
+            self.scheduler.prewarm(msg.utterance_id, msg.text)
 
     def _on_teleop_prompt(self, msg: String) -> None:
         if msg.data.strip():
@@ -274,16 +313,16 @@ class LlmNode(LifecycleNode):
         self._scene = msg.summary or None
 
     def _on_voice_activity(self, msg: VoiceActivity) -> None:
-        if msg.barge_in and self.p("barge_in_cancels"):
+        if msg.barge_in and self.params.barge_in_cancels:
             self.cancel_current("barge-in")
-        elif msg.speaking and self.p("prefill_on_partial") and not self._current_turn:
+        elif msg.speaking and self.params.prefill_on_partial:
             # the user started talking: bring the history up to their (empty) message into the
             # cache now, so the transcript only adds its own words
-            self._jobs.put(("prewarm", msg.utterance_id, ""))
+            self.scheduler.prewarm(msg.utterance_id, "")
 
     def _on_tts_state(self, msg: TtsState) -> None:
         if msg.interrupted and msg.turn_id:
-            self._jobs.put(("interrupted", msg.turn_id, msg.spoken_text))
+            self.scheduler.interrupted(msg.turn_id, msg.spoken_text)
 
     def _on_mute(self, msg: Bool) -> None:
         self._muted = bool(msg.data)
@@ -298,32 +337,39 @@ class LlmNode(LifecycleNode):
         self, turn_id: str, text: str, knobs: Knobs | None = None, sink: _Sink | None = None
     ) -> Future:
         """Queue a turn; a new utterance cancels the one in progress (barge-in semantics)."""
-        done: Future = Future()
-        if not self._active:
-            done.set_exception(RuntimeError("llm_node is not active"))
+        if self.scheduler is None:
+            done: Future = Future()
+            done.set_exception(NotActiveError("llm_node is not active"))
             return done
-        if self._current_turn:
-            self.cancel_current("new utterance")
-        self._jobs.put(("turn", turn_id, text, knobs or self.default_knobs(), sink, done))
-        return done
+        sink = sink or _Sink(self)
+        sink.node = self
+        return self.scheduler.submit(turn_id, text, knobs or self.default_knobs(), sink)
 
     def default_knobs(self) -> Knobs:
-        budget = self.p("thinking_token_budget")
+        p = self.params
         return Knobs(
-            enable_thinking=self.p("enable_thinking"),
-            thinking_token_budget=budget if budget >= 0 else None,
-            conversational_mode=self.p("conversational_mode"),
+            enable_thinking=p.enable_thinking,
+            thinking_token_budget=p.thinking_token_budget if p.thinking_token_budget >= 0 else None,
+            conversational_mode=p.conversational_mode,
         )
 
+    def _request(self, turn_id: str, text: str, knobs: Knobs | None) -> TurnRequest:
+        scene = self._scene if self.profile.use_scene else None
+        knobs = knobs or self.default_knobs()
+        return TurnRequest(turn_id, text, knobs, self.params.tool_choice, scene)
+
     def cancel_current(self, why: str) -> None:
-        turn_id = self._current_turn
-        if self.runner is None or not turn_id:
-            return
-        self.get_logger().info(f"cancel turn {turn_id}: {why}")
-        self.runner.cancel()
+        if self.scheduler is not None:
+            self.scheduler.cancel(why)
+
+    def _on_turn_cancelled(self, turn_id: str, why: str) -> None:
         self._stop_pub.publish(String(data=turn_id))
-        if self.p("cancel_tools_on_cancel"):
+        if self.params.cancel_tools_on_cancel:
             self.tools.cancel_turn(turn_id)
+
+    def _after_turn(self) -> None:
+        if self.params.release_memory_after_turn:
+            release_free_memory()
 
     def tool_done(self, turn_id: str, name: str, arguments: dict, future: Future) -> None:
         """Stamp and publish a finished tool call (``llm/tool_events``, JSON)."""
@@ -343,60 +389,6 @@ class LlmNode(LifecycleNode):
         log = self.get_logger().info if outcome.ok else self.get_logger().warning
         log(f"tool {name} {json.dumps(arguments)} -> {outcome.error or outcome.result}")
 
-    def _work(self) -> None:
-        # only the sentinel ends the loop: a worker that left on `_active` alone would leave the
-        # sentinel queued for the next activation's worker
-        while (job := self._jobs.get()) is not None:
-            if not self._active:  # deactivating: turns queued before it are refused, not run
-                if job[0] == "turn" and not job[-1].done():
-                    job[-1].set_exception(RuntimeError("llm_node is not active"))
-                continue
-            if job[0] == "interrupted":
-                self.runner.dialogue.mark_interrupted(job[1], job[2])
-                continue
-            if job[0] == "prewarm":
-                self._prewarm(job[1], job[2])
-                continue
-            _, turn_id, text, knobs, sink, done = job
-            self._current_turn = turn_id
-            sink = sink or _Sink(self)
-            sink.node = self
-            scene = self._scene if self.profile.use_scene else None
-            request = TurnRequest(turn_id, text, knobs, self.p("tool_choice"), scene)
-            try:
-                result = self.runner.run(request, sink)
-            except Exception as exc:  # keep the node alive; report the turn as failed
-                self.get_logger().error(f"turn {turn_id} failed: {exc!r}")
-                done.set_exception(exc)
-            else:
-                self.get_logger().info(
-                    f"turn {turn_id}: {result.steps} step(s), {result.completion_tokens} tokens, "
-                    f"tools {result.tool_calls}{' (cancelled)' if result.cancelled else ''}"
-                    + (f", tool errors {result.errors}" if result.errors else "")
-                )
-                done.set_result(result)
-            finally:
-                self._current_turn = ""
-                if self.p("release_memory_after_turn") and self._jobs.empty():
-                    release_free_memory()
-
-    def _prewarm(self, utterance_id: str, text: str) -> None:
-        if not self._jobs.empty():
-            return  # a newer transcript (or the final) is waiting: it prefills for itself
-        scene = self._scene if self.profile.use_scene else None
-        knobs, choice = self.default_knobs(), self.p("tool_choice")
-        request = TurnRequest(utterance_id, text, knobs, choice, scene)
-        t0 = time.monotonic()
-        try:
-            n = self.runner.prewarm(request)
-        except Exception as exc:  # a failed warm-up costs nothing but its time
-            self.get_logger().warning(f"prefill ahead of {utterance_id} failed: {exc!r}")
-            return
-        if n:
-            dt = time.monotonic() - t0
-            what = f"partial transcript of {utterance_id}" if text else f"{utterance_id} (no text)"
-            self.get_logger().info(f"prefilled {n} tokens ahead of the {what} in {dt:.2f}s")
-
     def _execute_converse(self, goal_handle) -> Converse.Result:
         node = self
         goal = goal_handle.request
@@ -414,7 +406,7 @@ class LlmNode(LifecycleNode):
         turn_id = "converse-" + bytes(goal_handle.goal_id.uuid).hex()[:8]
         done = node.submit(turn_id, goal.prompt, knobs, _ConverseSink(goal_handle))
         while not done.done():
-            if goal_handle.is_cancel_requested and node._current_turn == turn_id:
+            if goal_handle.is_cancel_requested and node.scheduler.current_turn == turn_id:
                 node.cancel_current("converse goal cancelled")
             wait_futures([done], timeout=0.02)
         if done.exception() is not None:

@@ -4,20 +4,22 @@ A lifecycle node: ``on_configure`` loads the scene backend (classical | vlm; FAI
 log when it cannot run), ``on_activate`` starts capturing (OpenCV device index, video file or
 GStreamer pipeline; ``camera: topic`` subscribes ``camera/image_raw`` instead, for simulation).
 A missing camera is logged, reported on ``perception/scene`` (label ``camera_unavailable``) and
-retried; the node stays up. Logic: ``bolt_agent.core.perception`` / ``camera`` / ``image_conv``.
+retried; the node stays up. Logic: ``core.vision.perception`` / ``camera`` / ``image_conv``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import cv2
 import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from rclpy.lifecycle import TransitionCallbackReturn
 from sensor_msgs.msg import Image, RegionOfInterest
 
-from bolt_agent.core.camera import CameraError, FrameSource
-from bolt_agent.core.image_conv import ImageEncodingError, from_image_fields, to_image_fields
-from bolt_agent.core.perception import (
+from bolt_agent.core.vision.camera import CameraError, FrameSource
+from bolt_agent.core.vision.image_conv import ImageEncodingError, from_image_fields, to_image_fields
+from bolt_agent.core.vision.perception import (
     BackendUnavailableError,
     Box,
     SceneDescription,
@@ -25,35 +27,50 @@ from bolt_agent.core.perception import (
     make_perception_backend,
 )
 from bolt_agent.nodes import qos
-from bolt_agent.nodes.runtime import declare_autostart, main_for
+from bolt_agent.nodes.base import BoltLifecycleNode, param
+from bolt_agent.nodes.runtime import main_for
 from bolt_agent_interfaces.msg import SceneDescription as SceneMsg
 
-PARAMS = {
-    "camera": "0",  # device index | video file | GStreamer pipeline | "topic"
-    "loop": False,  # replay a video file when it ends
-    "rate_hz": 10.0,  # capture (and camera/image_raw) rate
-    "width": 640,  # resize frames to width x height (0 = keep)
-    "height": 480,
-    "publish_image": True,
-    "frame_id": "camera",
-    "backend": "classical",  # classical | vlm
-    "check_rate_hz": 2.0,  # scene checks (immediate on motion start / light jump)
-    "publish_period_s": 5.0,  # heartbeat when nothing changed
-    "retry_period_s": 2.0,  # reopen a missing camera this often
-    "detect_width": 320,  # classical: detector input width
-    "use_hog": True,  # classical: HOG people detector besides the face cascade
-    "vlm_model": "",  # vlm: model/engine on the Jetson
-    "vlm_endpoint": "",  # vlm: runtime URL
-}
+
+@dataclass(frozen=True)
+class PerceptionParams:
+    camera: str = param(
+        "0", "device index | video file | GStreamer pipeline | 'topic' (subscribe)", load_time=True
+    )
+    loop: bool = param(False, "replay a video file when it ends")
+    rate_hz: float = param(10.0, "capture (and camera/image_raw) rate", low=0.1, load_time=True)
+    width: int = param(640, "resize frames to width x height (0 = keep)", low=0)
+    height: int = param(480, "resize frames to width x height (0 = keep)", low=0)
+    publish_image: bool = param(
+        True, "publish camera/image_raw (not in 'topic' mode)", load_time=True
+    )
+    frame_id: str = param("camera", "frame_id of images and scene descriptions")
+    backend: str = param(
+        "classical",
+        "scene describer: classical (OpenCV) | vlm (Cosmos Edge slot, Jetson runtime)",
+        choices=("classical", "vlm"),
+        load_time=True,
+    )
+    check_rate_hz: float = param(
+        2.0, "scene checks (immediate on motion start / light jump)", low=0.01, load_time=True
+    )
+    publish_period_s: float = param(
+        5.0, "heartbeat on perception/scene when nothing changed", load_time=True
+    )
+    retry_period_s: float = param(2.0, "reopen a missing camera this often", low=0.1)
+    detect_width: int = param(320, "classical: detector input width", low=32, load_time=True)
+    use_hog: bool = param(
+        True, "classical: HOG people detector besides the face cascade", load_time=True
+    )
+    vlm_model: str = param("", "vlm: model / TensorRT engine on the Jetson", load_time=True)
+    vlm_endpoint: str = param("", "vlm: the runtime's URL", load_time=True)
 
 
-class PerceptionNode(LifecycleNode):
+class PerceptionNode(BoltLifecycleNode):
+    Params = PerceptionParams
+
     def __init__(self, **node_kwargs) -> None:  # e.g. context=, parameter_overrides=
         super().__init__("perception_node", **node_kwargs)
-        for name, default in PARAMS.items():
-            self.declare_parameter(name, default)
-        declare_autostart(self)
-        self.p: dict = {}
         self.monitor: SceneMonitor | None = None
         self.source: FrameSource | None = None
         self.scene_pub = self.image_pub = self.timer = self.image_sub = None
@@ -61,45 +78,40 @@ class PerceptionNode(LifecycleNode):
         self._ended = False
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.p = {name: self.get_parameter(name).value for name in PARAMS}
-        if self.p["backend"] == "vlm":
-            options = {"model": self.p["vlm_model"], "endpoint": self.p["vlm_endpoint"]}
+    def configure(self) -> TransitionCallbackReturn:
+        p = self.params
+        if p.backend == "vlm":
+            options = {"model": p.vlm_model, "endpoint": p.vlm_endpoint}
         else:
-            options = {"detect_width": self.p["detect_width"], "use_hog": self.p["use_hog"]}
+            options = {"detect_width": p.detect_width, "use_hog": p.use_hog}
         try:
-            backend = make_perception_backend(self.p["backend"], **options)
+            backend = make_perception_backend(p.backend, **options)
             backend.load()
         except (BackendUnavailableError, TypeError) as exc:
             self.get_logger().error(f"perception backend: {exc}")
             return TransitionCallbackReturn.FAILURE
-        self.monitor = SceneMonitor(
-            backend, 1.0 / max(self.p["check_rate_hz"], 0.01), self.p["publish_period_s"]
-        )
+        self.monitor = SceneMonitor(backend, 1.0 / max(p.check_rate_hz, 0.01), p.publish_period_s)
         self.scene_pub = self.create_publisher(SceneMsg, "perception/scene", qos.RELIABLE)
-        if self.p["camera"] != "topic" and self.p["publish_image"]:
+        if p.camera != "topic" and p.publish_image:
             self.image_pub = self.create_publisher(Image, "camera/image_raw", qos.SENSOR)
-        self.get_logger().info(f"backend {backend.name}, camera {self.p['camera']!r}")
+        self.get_logger().info(f"backend {backend.name}, camera {p.camera!r}")
         return TransitionCallbackReturn.SUCCESS
 
-    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        if self.p["camera"] == "topic":
+    def activate(self) -> TransitionCallbackReturn:
+        p = self.params
+        if p.camera == "topic":
             self.image_sub = self.create_subscription(
                 Image, "camera/image_raw", self._on_image, qos.SENSOR,
                 callback_group=MutuallyExclusiveCallbackGroup(),
             )  # fmt: skip
         else:
-            self.source, self._next_try, self._ended = (
-                FrameSource(self.p["camera"], self.p["loop"]),
-                0.0,
-                False,
-            )
+            self.source, self._next_try, self._ended = FrameSource(p.camera, p.loop), 0.0, False
             self.timer = self.create_timer(
-                1.0 / self.p["rate_hz"], self._tick, callback_group=MutuallyExclusiveCallbackGroup()
+                1.0 / p.rate_hz, self._tick, callback_group=MutuallyExclusiveCallbackGroup()
             )
         return TransitionCallbackReturn.SUCCESS
 
-    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+    def deactivate(self) -> None:
         if self.timer is not None:
             self.destroy_timer(self.timer)
             self.timer = None
@@ -108,19 +120,12 @@ class PerceptionNode(LifecycleNode):
             self.image_sub = None
         if self.source is not None:
             self.source.close()
-        return TransitionCallbackReturn.SUCCESS
 
-    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+    def cleanup(self) -> None:
         for pub in (self.scene_pub, self.image_pub):
             if pub is not None:
                 self.destroy_publisher(pub)
         self.scene_pub = self.image_pub = self.monitor = None
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        if self.source is not None:
-            self.source.close()
-        return TransitionCallbackReturn.SUCCESS
 
     # -- capture --------------------------------------------------------------------------------
     def _now(self) -> float:
@@ -135,10 +140,10 @@ class PerceptionNode(LifecycleNode):
                 return
             try:
                 self.source.open()
-                self.get_logger().info(f"camera {self.p['camera']!r} opened")
+                self.get_logger().info(f"camera {self.params.camera!r} opened")
             except CameraError as exc:
-                self._next_try = self._now() + self.p["retry_period_s"]
-                msg = f"{exc}; retrying every {self.p['retry_period_s']:g} s"
+                self._next_try = self._now() + self.params.retry_period_s
+                msg = f"{exc}; retrying every {self.params.retry_period_s:g} s"
                 self.get_logger().error(msg)
                 self._publish(
                     SceneDescription(summary=f"I cannot see: {msg}.", labels=["camera_unavailable"])
@@ -168,13 +173,13 @@ class PerceptionNode(LifecycleNode):
         self._process(frame, publish_image=False)
 
     def _process(self, frame: np.ndarray, publish_image: bool) -> None:
-        w, h = self.p["width"], self.p["height"]
+        w, h = self.params.width, self.params.height
         if w > 0 and h > 0 and frame.shape[:2] != (h, w):
             frame = cv2.resize(frame, (w, h), interpolation=cv2.INTER_AREA)
         stamp = self.get_clock().now().to_msg()
         if publish_image and self.image_pub is not None:
             img = Image(**to_image_fields(frame))
-            img.header.stamp, img.header.frame_id = stamp, self.p["frame_id"]
+            img.header.stamp, img.header.frame_id = stamp, self.params.frame_id
             self.image_pub.publish(img)
         assert self.monitor is not None
         desc = self.monitor.push(frame, self._now())
@@ -192,7 +197,7 @@ class PerceptionNode(LifecycleNode):
             changes=list(desc.changes),
         )
         msg.header.stamp = stamp or self.get_clock().now().to_msg()
-        msg.header.frame_id = self.p["frame_id"]
+        msg.header.frame_id = self.params.frame_id
         if self.scene_pub is not None:
             self.scene_pub.publish(msg)
 

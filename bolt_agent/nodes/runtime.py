@@ -7,17 +7,14 @@ manager, while a launch file may set it false and drive the transitions.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable, Sequence
 
 import rclpy
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import Executor, ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.node import Node
-
-
-def declare_autostart(node: LifecycleNode) -> None:
-    node.declare_parameter("autostart", True)
 
 
 def bring_up(node: Node) -> bool:
@@ -35,15 +32,37 @@ def bring_up(node: Node) -> bool:
     return True
 
 
-def spin_nodes(nodes: Sequence[Node], num_threads: int | None = None) -> None:
-    """Spin nodes on one multi-threaded executor until Ctrl-C / shutdown; always clean up."""
-    executor = MultiThreadedExecutor(num_threads=num_threads or max(4, 2 * len(nodes)))
+def executor_threads(n_nodes: int) -> int:
+    """The one thread-count rule for every executor we make (console scripts, embedded stack).
+
+    Two per node, at least 4: a node may hold a thread in a callback that blocks (an action
+    execute callback waiting on its goal, a service call waiting on a future) while its other
+    callbacks (timers, subscriptions, the result that unblocks it) must still run. The executor's
+    ThreadPoolExecutor starts a thread only when work arrives and none is idle, so a high cap
+    costs nothing while the nodes are quiet.
+    """
+    return max(4, 2 * n_nodes)
+
+
+def make_executor(nodes: Sequence[Node], num_threads: int | None = None) -> MultiThreadedExecutor:
+    """A multi-threaded executor (``executor_threads`` unless told), with ``nodes`` added."""
+    executor = MultiThreadedExecutor(num_threads=num_threads or executor_threads(len(nodes)))
     for node in nodes:
         executor.add_node(node)
-    try:
+    return executor
+
+
+def spin_until_shutdown(executor: Executor) -> None:
+    """Spin until Ctrl-C, rclpy shutdown or ``executor.shutdown()``; those end it quietly."""
+    with contextlib.suppress(KeyboardInterrupt, ExternalShutdownException):
         executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
+
+
+def spin_nodes(nodes: Sequence[Node], num_threads: int | None = None) -> None:
+    """Spin nodes on one multi-threaded executor until Ctrl-C / shutdown; always clean up."""
+    executor = make_executor(nodes, num_threads)
+    try:
+        spin_until_shutdown(executor)
     finally:
         executor.shutdown()
         for node in nodes:

@@ -15,7 +15,7 @@ import numpy as np
 from rclpy.node import Node
 
 from bolt_agent.core.models import resolve_model
-from bolt_agent.core.tts_engine import PiperEngine
+from bolt_agent.core.speech.tts_engine import PiperEngine
 from bolt_agent.nodes.qos import AUDIO, LATCHED, RELIABLE
 from bolt_agent_interfaces.msg import AudioChunk, Transcript, TtsState, TurnMetrics
 

@@ -23,8 +23,8 @@ from rclpy.action import ActionClient
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 
-from bolt_agent.core.tool_registry import Tool, ToolRegistry
-from bolt_agent.core.turn_runner import ToolResult
+from bolt_agent.core.llm.turn_runner import ToolResult
+from bolt_agent.core.tools.registry import Tool, ToolRegistry
 from bolt_agent_interfaces.action import ExecuteTool, PlayAnimation
 
 _ACTION_TYPES = {"play_animation": PlayAnimation, "execute_tool": ExecuteTool}

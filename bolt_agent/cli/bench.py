@@ -1,0 +1,237 @@
+"""`bolt-agent bench`: voice-to-voice latency over real audio devices, overheads, LLM, memory.
+
+    bolt-agent bench [--turns 20] [--out bench_out/bench.json] [--quick]
+
+Writes the JSON (seconds, ratios, MB), a markdown table (.md) and two plots (_stages.png,
+_cdf.png). Parts, in order, so they never compete for the 2 cores: the acoustic voice loop
+(``benchmarks.voice_loop``), the same utterances on the raw libraries, the LLM and speech
+benchmarks (``benchmarks.offline``, own process, no ROS), the Jetson memory prediction
+(``benchmarks.jetson_memory``). See docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+MB = 1e6
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    vs = sorted(values)
+    k = (len(vs) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(vs) - 1)
+    return vs[lo] + (vs[hi] - vs[lo]) * (k - lo)
+
+
+def model_bytes() -> dict[str, int]:
+    from bolt_agent.core.models import resolve_model
+
+    out = {}
+    for kind in ("llm", "asr", "tts"):
+        p = resolve_model("", kind=kind)
+        files = [p] if p.is_file() else [f for f in p.rglob("*") if f.is_file()]
+        out[kind] = sum(f.stat().st_size for f in files)
+    return out
+
+
+def jetson(result: dict[str, Any]) -> dict[str, Any]:
+    from bolt_agent.benchmarks import jetson_memory as jm
+    from bolt_agent.core.models import resolve_model
+
+    pred = jm.predict(jm.load_profile())
+    gemma = jm.shape_from_gguf(resolve_model("", kind="llm"))
+    check = {
+        "model": "gemma-3-270m Q4_K_M (bundled)",
+        "n_ctx": 4096,
+        "n_ubatch": 256,
+        "predicted_kv_swa_full_mib": gemma.kv_bytes(4096, 256, True)["total"] / 2**20,
+        "predicted_kv_mib": gemma.kv_bytes(4096, 256, False)["total"] / 2**20,
+        "predicted_compute_mib": gemma.compute_bytes(256) / 2**20,
+        "weights_mib": gemma.weight_bytes / 2**20,
+    }
+    result["jetson_predicted_gb_4k"] = pred["profiles"]["4k"]["total_gb"]
+    result["jetson_predicted_gb_36k"] = pred["profiles"]["36k"]["total_gb"]
+    result["jetson_target_only_gb_4k"] = pred["profiles"]["4k"]["target_gb"]
+    result["jetson_target_only_gb_36k"] = pred["profiles"]["36k"]["target_gb"]
+    return {
+        "prediction": pred,
+        "calculator_check": check,
+        "seed_reported_gb": jm.load_profile()["seed_reported_gb"],
+    }
+
+
+def run_bench(args) -> int:
+    # a DDS domain of our own: nobody else's stack or test hears our turns (and vice versa)
+    os.environ["ROS_DOMAIN_ID"] = str(random.SystemRandom().randint(102, 200))
+    os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+    from bolt_agent.benchmarks.voice_loop import run_voice_loop
+
+    out = Path(args.out)
+    work = Path(tempfile.mkdtemp(prefix="bolt-bench-"))
+    t_start = time.time()
+    result: dict[str, Any] = {
+        "turns_requested": args.turns,
+        "quick": args.quick,
+        "work_dir": str(work),
+    }
+    print(f"voice loop: {args.turns} turns over PulseAudio null sinks (work dir {work})")
+    overrides = parse_overrides(args.set)
+    if args.quick:  # smoke run: one model step per turn (first audio comes before any tool call)
+        overrides.setdefault("llm_node", {}).setdefault("max_steps", 1)
+        overrides["llm_node"].setdefault("max_new_tokens", 48)
+    result["overrides"] = overrides
+    host = {"switch_interval": args.switch_interval} if args.switch_interval else {}
+    result["host"] = host
+    loop = run_voice_loop(
+        work, args.turns, overrides=overrides, log=lambda m: print(m, flush=True), host=host
+    )
+    turns = [asdict(t) for t in loop["turns"]]
+    v2v = [t["v2v_s"] for t in turns if t["v2v_s"] is not None]
+    result["turns"] = turns
+    result["turns_ok"] = len(v2v)
+    result["voice_to_voice_p50_s"] = _pct(v2v, 0.5)
+    result["voice_to_voice_p90_s"] = _pct(v2v, 0.9)
+    stages = {}
+    for stage in (
+        "vad_end",
+        "asr_final",
+        "llm_first_token",
+        "first_speech",
+        "first_audio",
+        "audible",
+    ):
+        vals = [t["stages_s"][stage] for t in turns if stage in t["stages_s"]]
+        if vals:
+            stages[stage] = statistics.median(vals)
+            result[f"median_{stage}_s"] = stages[stage]
+    result["stage_median_s"] = stages
+    tok = [t["counters"].get("decode_tok_s") for t in turns if t["counters"].get("decode_tok_s")]
+    result["stack_decode_tok_s_median"] = statistics.median(tok) if tok else None
+
+    # memory of the embedded stack (RSS per node = RSS growth during its configure + activate)
+    mb = model_bytes()
+    rss = loop["rss_ready"]
+    result["memory"] = {"rss_ready": rss, "rss_end": loop["rss_end"], "model_bytes": mb}
+    result["stack_rss_mb"] = loop["rss_end"]["VmRSS"] * 1.048576
+    result["model_weights_mb"] = sum(mb.values()) / MB
+    result["stack_rss_overhead_mb"] = result["stack_rss_mb"] - result["model_weights_mb"]
+
+    if args.loop_only:
+        return _finish(result, out, t_start, v2v)
+    # the same utterances through the raw libraries + LLM + speech benches (own process, no ROS)
+    from bolt_agent.stack.spec import StackSpec, effective_params
+
+    spec = StackSpec(sim=False, overrides=overrides)
+    cfg = {
+        # the raw pipeline does the same work with the same settings as the stack just did
+        "voice": {n: effective_params(spec, n) for n in ("llm_node", "asr_node", "tts_node")},
+        "wavs": [str(p) for p in sorted(work.glob("utt*.wav"))][: max(2, len(v2v))],
+        "parts": ["raw", "llm"] if args.quick else ["raw", "llm", "speech"],
+        "llm_runs": 1 if args.quick else 3,
+        "llm_tokens": 16 if args.quick else 64,
+        "history_tokens": 1000 if args.quick else 4000,
+        "knob_runs": 1,
+        "quick": args.quick,
+    }
+    if args.quick:
+        cfg["wavs"] = cfg["wavs"][:1]
+    (work / "offline_in.json").write_text(json.dumps(cfg))
+    print("raw libraries, LLM and speech benchmarks (no ROS)…")
+    with open(work / "offline.log", "w") as log:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bolt_agent.benchmarks.offline",
+                str(work / "offline_in.json"),
+                str(work / "offline_out.json"),
+            ],
+            check=True,
+            stderr=log,
+        )
+    off = json.loads((work / "offline_out.json").read_text())
+    result.update({"raw": off["raw"], "llm": off["llm"], "speech": off.get("speech")})
+    raw_med = off["raw"]["median_eos_to_first_audio_s"]
+    result["raw_eos_to_first_audio_p50_s"] = raw_med
+    result["overhead_ratio"] = result["voice_to_voice_p50_s"] / raw_med if v2v else None
+    result["llm_tok_s_ratio"] = off["llm"]["tok_s_ratio"]
+    result["llm_ttft_ratio"] = off["llm"]["ttft_ratio"]
+    result["prefix_reuse_ttft_ratio"] = off["llm"]["prefix_reuse"]["ratio"]
+    if off.get("speech"):
+        sp = off["speech"]
+        result["asr_rtf"] = sp["asr"]["rtf"]["ours"]
+        result["tts_rtf"] = sp["tts_rtf"]
+        result["tts_first_audio_s"] = sp["tts"]["first_audio_s"]["ours"]
+    spec = Path("speculative_bench.json")
+    for cand in (spec, out.parent / "speculative_bench.json", Path("bench/speculative_bench.json")):
+        if cand.exists():
+            result["speculative"] = json.loads(cand.read_text())
+            break
+    return _finish(result, out, t_start, v2v)
+
+
+def _finish(result: dict[str, Any], out: Path, t_start: float, v2v: list[float]) -> int:
+    from bolt_agent.benchmarks.report import markdown, write_report
+
+    result["jetson"] = jetson(result)
+    result["load_average"] = os.getloadavg()
+    result["bench_s"] = time.time() - t_start
+    files = write_report(result, out)
+    print(markdown(result))
+    print(f"wrote {files['json']}, {files['markdown']}, {files['stages']}, {files['cdf']}")
+    return 0 if v2v else 1
+
+
+def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
+    """``node.param=value`` (value parsed as YAML) → {node: {param: value}}."""
+    import yaml
+
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        node, _, param = key.partition(".")
+        if not param:
+            raise SystemExit(f"--set expects node.param=value, got {item!r}")
+        out.setdefault(node, {})[param] = yaml.safe_load(value)
+    return out
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("bench", help="voice-to-voice latency, overheads, LLM and memory benchmark")
+    p.add_argument("--turns", type=int, default=20, help="acoustic voice turns (>= 20 for p90)")
+    p.add_argument("--out", default="bench_out/bench.json", help="JSON output (.md/.png next)")
+    p.add_argument(
+        "--quick", action="store_true", help="smoke run: short LLM/prefix benches, no speech bench"
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NODE.PARAM=VALUE",
+        help="parameter override for the stack (repeatable), e.g. asr_node.partial_interval_s=0",
+    )
+    p.add_argument(
+        "--loop-only",
+        action="store_true",
+        help="only the voice loop (+ memory): for comparing parameter variants",
+    )
+    p.add_argument(
+        "--switch-interval",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="experiment: sys.setswitchinterval in the stack process (GIL hand-over)",
+    )
+    p.set_defaults(func=run_bench)

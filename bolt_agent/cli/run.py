@@ -1,0 +1,106 @@
+"""`bolt-agent run`: every node in one process (multi-threaded executor), plus a demo user.
+
+``--sim`` (the default here): audio in and out through topics, a scripted user speaks the
+profile's demo lines through the real ASR path. ``--text``: type to the robot. ``--device``:
+real microphone and speaker (PortAudio). Ctrl-C shuts everything down cleanly.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import yaml
+from rich.console import Console
+from std_msgs.msg import String
+
+from bolt_agent.core.llm.profile import profile_path
+from bolt_agent.nodes.console_monitor import ConsoleMonitor
+from bolt_agent.nodes.qos import RELIABLE
+from bolt_agent.nodes.scripted_user import ScriptedUser
+from bolt_agent.stack.session import StackSession
+from bolt_agent.stack.spec import StackSpec
+
+
+def demo_lines(profile: str) -> list[str]:
+    data = yaml.safe_load(profile_path(profile).read_text()) or {}
+    return list(data.get("demo") or [])
+
+
+def run_stack(args) -> int:
+    console = Console(highlight=False)
+    spec = StackSpec(profile=args.profile, sim=not args.device)
+    stop, rc = threading.Event(), 0
+    with StackSession(spec) as session:
+        try:
+            with console.status("loading models…") as status:
+                session.build()
+                monitor = ConsoleMonitor(printer=console.print)
+                user = ScriptedUser() if not args.text and not args.device else None
+                session.add(monitor, *([user] if user else []))
+                session.start()
+                failed = session.bring_up(progress=lambda m: status.update(m + "…"))
+                if user:
+                    status.update("loading the demo user's voice…")
+                    user.load()
+            if failed:
+                console.print(f"[red]failed to start: {', '.join(failed)}[/] (see the log above)")
+                return 1
+            console.print(
+                f"[bold]bolt_agent running[/] profile={spec.profile} "
+                f"{'sim' if spec.sim else 'devices'} — Ctrl-C to stop"
+            )
+            if args.text:
+                rc = _repl(monitor, monitor, console, stop)
+            elif user:
+                rc = _demo(user, demo_lines(spec.profile)[: args.turns or None], console, stop)
+            else:
+                threading.Event().wait()  # devices: run until Ctrl-C
+        except KeyboardInterrupt:
+            console.print("\n[dim]stopping…[/]")
+        finally:
+            stop.set()
+    return rc
+
+
+def _demo(user: ScriptedUser, lines: list[str], console: Console, stop: threading.Event) -> int:
+    failures = 0
+    for line in lines:
+        console.print(f"[dim]user speaks:[/] “{line}”")
+        turn = user.say(line, stop)
+        if not turn.ok:
+            failures += 1
+            console.print(f"[red]turn failed:[/] {turn.error}")
+    console.print(f"[bold]demo finished:[/] {len(lines) - failures}/{len(lines)} turns")
+    return 1 if failures else 0
+
+
+def _repl(node, monitor: ConsoleMonitor, console: Console, stop: threading.Event) -> int:
+    """Each typed line is a user utterance (teleop/prompt); waits for the robot's answer."""
+    pub = node.create_publisher(String, "teleop/prompt", RELIABLE)
+    deadline = time.monotonic() + 10
+    while pub.get_subscription_count() == 0 and time.monotonic() < deadline:
+        stop.wait(0.05)  # the LLM's subscription must match before the first line is sent
+    console.print("type to the robot (empty line or Ctrl-D to quit)")
+    for line in sys.stdin:
+        if not line.strip() or stop.is_set():
+            break
+        done_before = sum("turn_end" in r.stamps for r in list(monitor.records.values()))
+        pub.publish(String(data=line.strip()))
+        deadline = time.monotonic() + 120
+        while not stop.is_set() and time.monotonic() < deadline:
+            if sum("turn_end" in r.stamps for r in list(monitor.records.values())) > done_before:
+                break
+            stop.wait(0.05)
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("run", help="run the whole stack in one process (demo conversation)")
+    p.add_argument("--profile", default="reachy_mini", help="reachy_mini | blacksmith_npc")
+    p.add_argument("--sim", action="store_true", help="simulated devices and user (default)")
+    p.add_argument("--text", action="store_true", help="type to the robot instead")
+    p.add_argument("--device", action="store_true", help="real microphone and speaker")
+    p.add_argument("--turns", type=int, default=0, help="demo turns to run (0 = all)")
+    p.set_defaults(func=run_stack)

@@ -1,0 +1,317 @@
+"""LLM engines: a small ABC for the dialogue layer and its llama-cpp-python implementation.
+
+The engine does prefill with KV-cache prefix reuse and token-by-token decoding; everything about
+turns, knobs and tools lives above it (``turn_runner``). A session samples one token at a time
+(optionally under a GBNF grammar), and can be forced to take given text (budget forcing).
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bolt_agent.core.llm.chat_template import ChatTemplate
+from bolt_agent.core.llm.types import (
+    DecodeSession,
+    EngineError,
+    SamplingParams,
+    SessionStats,
+    TextEngine,
+    Token,
+)
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    model_path: str
+    n_ctx: int = 4096
+    n_gpu_layers: int = 0
+    n_threads: int = 2  # decode
+    n_threads_batch: int = 0  # prefill (0 = n_threads)
+    n_batch: int = 256
+    # physical batch: sizes llama.cpp's compute buffer (4 B x n_vocab x n_ubatch, 257 MiB for
+    # Gemma's 262k vocabulary at 256) and the sliding-window cache (n_swa + n_ubatch cells); 128
+    # saved ~13 MiB of touched buffer here but made prefill 4-8 % slower (docs/benchmarks.md)
+    n_ubatch: int = 256
+    # full-size sliding-window cache (llama-cpp-python's default): n_ctx cells per SWA layer
+    # instead of n_swa + n_ubatch; off, prefix reuse is kept valid by core/swa_cache.SwaGuard
+    swa_full: bool = False
+    flash_attn: str = "auto"  # on | off | auto (on with GPU layers; slower on this CPU)
+    chat_template: str = ""  # '' = the GGUF's own, else the bundled Bolt template
+    extra: dict = field(default_factory=dict)  # passed to llama_cpp.Llama
+    speculative: str = "none"  # none | dflash | ngram | draft_model (see core/speculative)
+    draft_model: str = ""  # DFlash drafter GGUF (dflash) or draft GGUF (draft_model)
+    spec_n_max: int = 7  # draft tokens per step
+    spec_p_min: float = 0.0  # stop a draft below this drafter probability
+
+
+class LlamaEngine(TextEngine):
+    """llama-cpp-python backend (CPU here; CUDA on the Jetson with n_gpu_layers=-1)."""
+
+    def __init__(self, config: LlamaConfig):
+        self.config = config
+        self._llm = None
+        self.lock = threading.Lock()
+        self.chat_template = ChatTemplate.bundled()
+        self.load_s = 0.0
+        self.speculator = None
+        self.speculation = None  # SpeculationInfo once loaded with a speculative mode
+        self.swa_guard = None  # SwaGuard when the sliding-window cache is not full-size
+        self._tokenizer = None  # PromptTokenizer once loaded
+
+    def load(self) -> LlamaEngine:
+        path = Path(self.config.model_path)
+        if not path.is_file():
+            raise EngineError(f"LLM model file not found: {path}")
+        from llama_cpp import Llama
+
+        t0 = time.monotonic()
+        try:
+            self._llm = Llama(**self.llama_kwargs())
+        except (ValueError, RuntimeError) as exc:
+            raise EngineError(f"cannot load {path}: {exc}") from exc
+        self.load_s = time.monotonic() - t0
+        from bolt_agent.core.llm.llama.prompt_tokens import PromptTokenizer
+        from bolt_agent.core.llm.llama.swa_cache import SwaGuard
+
+        self.swa_guard = SwaGuard.for_llama(self._llm, bool(self.llama_kwargs()["swa_full"]))
+        self._tokenizer = PromptTokenizer(self._llm)
+        self.chat_template = self._pick_template()
+        if self.config.speculative != "none":
+            from bolt_agent.core.llm.llama.speculative import SpecConfig, build_speculator
+
+            spec = SpecConfig(
+                mode=self.config.speculative,
+                draft_model=self.config.draft_model,
+                n_max=self.config.spec_n_max,
+                p_min=self.config.spec_p_min,
+                n_gpu_layers=self.config.n_gpu_layers,
+            )
+            self.speculator, self.speculation = build_speculator(self._llm, spec)
+        return self
+
+    def llama_kwargs(self) -> dict:
+        """Keyword arguments for ``llama_cpp.Llama`` (``extra`` overrides the named fields)."""
+        c = self.config
+        return {
+            "model_path": c.model_path,
+            "n_ctx": c.n_ctx,
+            "n_gpu_layers": c.n_gpu_layers,
+            "n_threads": c.n_threads,
+            "n_threads_batch": c.n_threads_batch or c.n_threads,
+            "n_batch": c.n_batch,
+            "n_ubatch": c.n_ubatch,
+            "swa_full": c.swa_full,
+            "flash_attn": _flash_attn(c.flash_attn, c.n_gpu_layers),
+            "verbose": False,
+            **c.extra,
+        }
+
+    def _pick_template(self) -> ChatTemplate:
+        meta = self.llm.metadata
+        bos = self._token_text(self.llm.token_bos())
+        eos = self._token_text(self.llm.token_eos())
+        source = self.config.chat_template or meta.get("tokenizer.chat_template", "")
+        if source:
+            return ChatTemplate(source, bos_token=bos, eos_token=eos, name="gguf")
+        return ChatTemplate.bundled(bos_token=bos)
+
+    def _token_text(self, token: int) -> str:
+        if token < 0:
+            return ""
+        return self.llm.detokenize([token], special=True).decode("utf-8", errors="replace")
+
+    @property
+    def llm(self):
+        if self._llm is None:
+            raise EngineError("engine not loaded: call load() first")
+        return self._llm
+
+    @property
+    def n_ctx(self) -> int:
+        return self.llm.n_ctx()
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return dict(self.llm.metadata)
+
+    def tokenize(self, text: str) -> list[int]:
+        """Tokens of a prompt (special tokens parsed). The previous prompt's tokens are reused up
+        to where the new one departs from it (core/prompt_tokens: ~8 ms saved per 4K tokens)."""
+        if self._tokenizer is None:
+            raise EngineError("engine not loaded: call load() first")
+        return self._tokenizer(text)
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenize(text))
+
+    def start(self, prompt: str) -> LlamaSession:
+        tokens = self.tokenize(prompt)
+        if len(tokens) >= self.n_ctx:
+            raise EngineError(f"prompt of {len(tokens)} tokens does not fit n_ctx={self.n_ctx}")
+        return LlamaSession(self, tokens)
+
+    def prefill(self, prompt: str) -> int:
+        stats = self.start(prompt).stats
+        return stats.prompt_tokens - stats.reused_tokens
+
+    def close(self) -> None:
+        if self.speculator is not None:
+            self.speculator.close()
+            self.speculator = None
+        if self._llm is not None:
+            self._llm.close()
+            self._llm = None
+        self.swa_guard = None
+        self._tokenizer = None
+
+
+class LlamaSession(DecodeSession):
+    def __init__(self, engine: LlamaEngine, prompt: list[int]):
+        self._engine = engine
+        self._llm = engine.llm
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._samplers: dict[tuple, object] = {}
+        from llama_cpp import llama_cpp as capi
+
+        self._is_eog = capi.llama_vocab_is_eog
+        self._checkpointed = False
+        self.stats = SessionStats(prompt_tokens=len(prompt))
+        spec = engine.speculator
+        self._spec = spec and spec.session(self._llm, self.stats, self._sampler, self._text)
+        t0 = time.monotonic()
+        self._prefill(prompt)
+        self.stats.prefill_s = time.monotonic() - t0
+
+    def _prefill(self, prompt: list[int]) -> None:
+        llm = self._llm
+        keep = _common_prefix(llm._input_ids, prompt)  # tokens whose K/V are in the cache
+        keep = min(keep, len(prompt) - 1)  # at least one token to decode for fresh logits
+        guard = self._engine.swa_guard
+        if guard is not None:  # a small sliding-window cache may have lost the window
+            keep = guard.safe_keep(keep)
+        if self._spec:
+            reused = self._spec.prefill(prompt, keep)
+            if guard is not None and reused < keep and not guard.covers(reused):
+                reused = self._spec.prefill(prompt, 0)
+            self.stats.reused_tokens = reused
+            return
+        llm.n_tokens = keep  # Llama.eval drops cache entries from n_tokens on
+        self.stats.reused_tokens = keep
+        llm.eval(prompt[keep:])
+
+    def _checkpoint_once(self) -> None:
+        """SWA checkpoint when the second token is asked for (off the time to first token)."""
+        guard = self._engine.swa_guard
+        if guard is not None and not self._checkpointed and self.stats.first_token_at is not None:
+            guard.checkpoint()
+            self._checkpointed = True
+
+    @property
+    def n_past(self) -> int:
+        return self._spec.n_past if self._spec else self._llm.n_tokens
+
+    def step(
+        self, sampling: SamplingParams, grammar: str | None = None, limit: int = 1
+    ) -> list[Token]:
+        if self._spec:
+            self._checkpoint_once()
+            return self._spec.step(sampling, grammar, limit)
+        return [self.sample(sampling, grammar)]
+
+    def _sampler(self, sampling: SamplingParams, grammar: str | None):
+        key = (sampling, grammar)
+        sampler = self._samplers.get(key)
+        if sampler is None:
+            chain = _Chain(self._llm.n_vocab(), sampling)
+            if grammar is None:
+                sampler = chain
+            else:
+                from bolt_agent.core.llm.llama.grammar_sampler import FastGrammarSampler
+
+                sampler = FastGrammarSampler(
+                    self._llm._model.vocab, self._llm.n_vocab(), grammar, chain
+                )
+            self._samplers = {key: sampler}  # one phase at a time; a new grammar starts fresh
+        return sampler
+
+    def sample(self, sampling: SamplingParams, grammar: str | None = None) -> Token:
+        self._checkpoint_once()
+        if self._spec:
+            return self._spec.step(sampling, grammar, 1)[0]
+        llm = self._llm
+        if llm.n_tokens >= llm.n_ctx():
+            return Token(id=-1, text="", is_eog=True)
+        t0 = time.monotonic()
+        token = self._sampler(sampling, grammar).sample(llm._ctx.ctx)
+        if self.stats.first_token_at is None:
+            self.stats.first_token_at = time.monotonic()
+        if self._is_eog(llm._model.vocab, token):
+            self.stats.decode_s += time.monotonic() - t0
+            return Token(id=token, text="", is_eog=True)
+        llm.eval([token])
+        self.stats.generated += 1
+        self.stats.decode_s += time.monotonic() - t0
+        return Token(id=token, text=self._text(token))
+
+    def force(self, text: str) -> list[Token]:
+        tokens = self._engine.tokenize(text)
+        if self._spec:
+            tokens = self._spec.force(tokens)
+        else:
+            tokens = tokens[: self._llm.n_ctx() - self._llm.n_tokens]
+            if tokens:
+                self._llm.eval(tokens)
+        self.stats.forced += len(tokens)
+        return [Token(id=t, text=self._text(t)) for t in tokens]
+
+    def _text(self, token: int) -> str:
+        return self._decoder.decode(self._llm.detokenize([token], special=True))
+
+
+def _flash_attn(mode: str, n_gpu_layers: int) -> bool:
+    if mode not in ("on", "off", "auto"):
+        raise ValueError(f"flash_attn must be on, off or auto, not {mode!r}")
+    return mode == "on" or (mode == "auto" and n_gpu_layers != 0)
+
+
+def _common_prefix(cached, prompt: list[int]) -> int:
+    """Length of the common prefix of the cached token ids (numpy) and ``prompt``."""
+    import numpy as np
+
+    n = min(len(cached), len(prompt))
+    diff = np.flatnonzero(cached[:n] != np.asarray(prompt[:n], dtype=cached.dtype))
+    return int(diff[0]) if len(diff) else n
+
+
+class _Chain:
+    """The plain sampler chain (seed defaults: top-k → top-p → [min-p] → temperature → dist)."""
+
+    def __init__(self, n_vocab: int, sampling: SamplingParams):
+        from llama_cpp import _internals
+
+        self._owner = _internals.LlamaSampler()
+        if sampling.repeat_penalty != 1.0:
+            self._owner.add_penalties(n_vocab, 64, sampling.repeat_penalty, 0.0, 0.0)
+        if sampling.temperature <= 0:
+            self._owner.add_greedy()
+        else:
+            self._owner.add_top_k(sampling.top_k)
+            self._owner.add_top_p(sampling.top_p, 1)
+            if sampling.min_p > 0:
+                self._owner.add_min_p(sampling.min_p, 1)
+            self._owner.add_temp(sampling.temperature)
+            seed = sampling.seed if sampling.seed >= 0 else int.from_bytes(os.urandom(4), "little")
+            self._owner.add_dist(seed)
+        self.sampler = self._owner.sampler
+
+    def sample_raw(self, ctx) -> int:
+        from llama_cpp import llama_cpp as capi
+
+        return capi.llama_sampler_sample(self.sampler, ctx, -1)
+
+    sample = sample_raw

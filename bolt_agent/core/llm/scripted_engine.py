@@ -1,0 +1,80 @@
+"""A scripted TextEngine double: replays given outputs token by token.
+
+For orchestration tests (dialogue budgeting, cancellation races, tool errors) and dry runs; it
+uses a real tokenizer when one is given so token budgeting stays exact.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+
+from bolt_agent.core.llm.chat_template import ChatTemplate
+from bolt_agent.core.llm.types import DecodeSession, SamplingParams, SessionStats, TextEngine, Token
+
+_PIECE = re.compile(r"<[^<>]*>|\s*\S+?(?=\s|<|$)|\s+")
+
+
+def whitespace_tokens(text: str) -> list[str]:
+    return _PIECE.findall(text)
+
+
+class ScriptedEngine(TextEngine):
+    """Each ``start()`` replays the next script; pieces are markers, words and spaces."""
+
+    def __init__(
+        self,
+        scripts: Iterable[str],
+        n_ctx: int = 4096,
+        count_tokens: Callable[[str], int] | None = None,
+        on_token: Callable[[int], None] | None = None,
+    ):
+        self._scripts = list(scripts)
+        self._n_ctx = n_ctx
+        self._count = count_tokens or (lambda text: len(whitespace_tokens(text)))
+        self.on_token = on_token  # test hook, called before each sampled token
+        self.chat_template = ChatTemplate.bundled()
+        self.prompts: list[str] = []
+
+    @property
+    def n_ctx(self) -> int:
+        return self._n_ctx
+
+    def count_tokens(self, text: str) -> int:
+        return self._count(text)
+
+    def start(self, prompt: str) -> DecodeSession:
+        self.prompts.append(prompt)
+        script = self._scripts.pop(0) if self._scripts else ""
+        return _ScriptedSession(whitespace_tokens(script), self.count_tokens(prompt), self)
+
+
+class _ScriptedSession(DecodeSession):
+    def __init__(self, pieces: list[str], prompt_tokens: int, engine: ScriptedEngine):
+        self._pieces = pieces
+        self._engine = engine
+        self._n_past = prompt_tokens
+        self.stats = SessionStats(prompt_tokens=prompt_tokens)
+
+    @property
+    def n_past(self) -> int:
+        return self._n_past
+
+    def sample(self, sampling: SamplingParams, grammar: str | None = None) -> Token:
+        if self._engine.on_token is not None:
+            self._engine.on_token(self.stats.generated)
+        if not self._pieces:
+            return Token(id=-1, text="", is_eog=True)
+        self.stats.generated += 1
+        self._n_past += 1
+        return Token(id=self.stats.generated, text=self._pieces.pop(0))
+
+    def force(self, text: str) -> list[Token]:
+        """Take `text`; if the script contains it later, the model "continues" after it."""
+        rest = "".join(self._pieces)
+        if text and text in rest:
+            self._pieces = whitespace_tokens(rest[rest.index(text) + len(text) :])
+        pieces = whitespace_tokens(text)
+        self.stats.forced += len(pieces)
+        self._n_past += len(pieces)
+        return [Token(id=0, text=p) for p in pieces]

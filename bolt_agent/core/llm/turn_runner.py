@@ -1,0 +1,309 @@
+"""One conversational turn: render → generate → parse → speak first → dispatch tools → continue.
+
+The runner is synchronous and rclpy-free. A ``TurnSink`` (the ROS node, or a test) receives
+sentences as soon as they are complete and tool calls as soon as they are parsed; because the
+output format puts speech before calls, every sentence of a step reaches the sink before that
+step's calls are dispatched. Results are awaited at the end of the step and fed back, and the model
+continues the same turn (bounded by ``max_steps``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from bolt_agent.core.cancellation import CancelToken
+from bolt_agent.core.llm.chat_template import Knobs
+from bolt_agent.core.llm.dialogue import Dialogue, Step
+from bolt_agent.core.llm.markers import THINK_OPEN
+from bolt_agent.core.llm.output_parser import (
+    EndOfTurn,
+    OutputParser,
+    Sentence,
+    SpeechDelta,
+    ThinkingDelta,
+    ToolCall,
+    ToolCallError,
+)
+from bolt_agent.core.llm.tool_grammar import build_grammar
+from bolt_agent.core.llm.types import SamplingParams, SessionStats, TextEngine
+from bolt_agent.core.tools.registry import ToolRegistry
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    ok: bool
+    result: Any = None
+    error: str = ""
+
+    def response(self) -> dict[str, Any]:
+        if self.ok:
+            return self.result if isinstance(self.result, dict) else {"result": self.result}
+        return {"error": self.error}
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    turn_id: str
+    user_text: str
+    knobs: Knobs = Knobs()
+    tool_choice: str = "auto"
+    scene: str | None = None
+
+
+@dataclass
+class TurnResult:
+    turn_id: str
+    spoken_text: str = ""
+    thinking_text: str = ""
+    tool_calls: list[str] = field(default_factory=list)
+    steps: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    thinking_tokens: int = 0
+    cancelled: bool = False
+    errors: list[str] = field(default_factory=list)
+    stats: list[SessionStats] = field(default_factory=list)
+
+
+class TurnSink(Protocol):
+    """Where a turn's output goes. Called from the runner's thread."""
+
+    def on_first_token(self, turn_id: str) -> None: ...
+    def on_thinking(self, turn_id: str, text: str) -> None: ...
+    def on_speech_delta(self, turn_id: str, text: str) -> None: ...
+    def on_sentence(self, turn_id: str, seq: int, text: str) -> None: ...
+    def dispatch(
+        self, turn_id: str, name: str, arguments: dict[str, Any]
+    ) -> Future[ToolResult]: ...
+    def on_turn_end(self, turn_id: str, seq: int, result: TurnResult) -> None: ...
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    sampling: SamplingParams = SamplingParams()
+    constrained: bool = False  # GBNF: speech, then allowlisted calls (for untrained models)
+    max_new_tokens: int = 192  # answer tokens per step (thinking is capped separately)
+    max_steps: int = 3
+    max_thinking_tokens: int = 512  # safety cap when no budget is given
+    max_speech_chars: int = 160  # constrained mode: speech length per step
+    max_calls_per_step: int = 1  # constrained mode
+    reserve_tokens: int = 0  # kept free for generation (default: max_new_tokens)
+    first_clause_chars: int = 0  # > 0: the turn's first sentence may end at a clause (", ; :")
+
+
+class TurnRunner:
+    """Runs turns against one engine and one dialogue; one turn at a time."""
+
+    def __init__(
+        self,
+        engine: TextEngine,
+        dialogue: Dialogue,
+        registry: ToolRegistry,
+        config: RunnerConfig = RunnerConfig(),
+    ):
+        self.engine = engine
+        self.dialogue = dialogue
+        self.registry = registry
+        self.config = config
+        self.cancel_token = CancelToken()
+        self._lock = threading.Lock()
+
+    def cancel(self) -> None:
+        """Stop the running turn within one decode step (thread-safe)."""
+        self.cancel_token.cancel()
+
+    def prewarm(self, request: TurnRequest) -> int:
+        """Prefill the prompt the first step of ``request`` would start from (a tentative
+        transcript while the user is still finishing), so that the real turn only decodes what
+        changed: the engine reuses the longest common prefix. Nothing is generated and the
+        dialogue is not changed. Returns the tokens newly prefilled (0 when it would not fit,
+        the engine keeps no cache, or a turn is running)."""
+        if not self._lock.acquire(blocking=False):
+            return 0
+        try:
+            render = self._renderer(request.knobs)
+            limit = self._prompt_limit()
+            prompt = render(self.dialogue.preview(request.user_text, request.scene))
+            if self.engine.count_tokens(prompt) > limit:
+                return 0  # the real turn drops history first: a different prompt
+            return self.engine.prefill(prompt)
+        finally:
+            self._lock.release()
+
+    def _prompt_limit(self) -> int:
+        reserve = self.config.reserve_tokens or self.config.max_new_tokens
+        return max(self.engine.n_ctx - reserve, 1)
+
+    def _renderer(self, knobs: Knobs):
+        # the same declarations in every step: a stable prompt prefix keeps the KV cache valid
+        # across steps and turns; the grammar and the step's validator enforce the step's choice
+        tools = self.registry.as_openai() or None
+        return lambda messages: self.engine.chat_template.render(messages, tools, knobs)
+
+    # --- the turn ------------------------------------------------------------------------------
+    def run(self, request: TurnRequest, sink: TurnSink) -> TurnResult:
+        with self._lock:
+            generation = self.cancel_token.current()
+            result = TurnResult(turn_id=request.turn_id)
+            turn = self.dialogue.begin_turn(request.turn_id, request.user_text, request.scene)
+            seq = 0
+            for step_index in range(self.config.max_steps):
+                choice = self._step_choice(request.tool_choice, step_index)
+                step, calls, seq = self._run_step(request, choice, sink, generation, seq, result)
+                turn.steps.append(step)
+                result.steps += 1
+                if result.cancelled or not calls:
+                    break
+                step.tool_responses = self._await_results(calls, generation, result)
+                if result.cancelled:
+                    break
+            sink.on_turn_end(request.turn_id, seq, result)
+            return result
+
+    def _step_choice(self, tool_choice: str, step_index: int) -> str:
+        if step_index == self.config.max_steps - 1 and step_index > 0:
+            return "none"  # the last step must answer in words
+        if step_index > 0 and tool_choice != "none":
+            return "auto"  # 'required'/a named tool applies to the first step
+        return tool_choice
+
+    def _run_step(self, request, choice, sink, generation, seq, result):
+        cfg, knobs = self.config, request.knobs
+        render = self._renderer(knobs)
+        limit = self._prompt_limit()
+        self.dialogue.fit(lambda m: self.engine.count_tokens(render(m)), limit)
+        session = self.engine.start(render(self.dialogue.messages()))
+        result.prompt_tokens += session.stats.prompt_tokens
+        result.stats.append(session.stats)
+
+        grammar = (
+            build_grammar(self.registry, choice, cfg.max_speech_chars, cfg.max_calls_per_step)
+            if cfg.constrained
+            else None
+        )
+        # Constrained mode: a grammar governs only the answer, so thinking is opened by us (first
+        # step only) and runs free until the model closes it or the budget forces it closed.
+        prefill_thinking = cfg.constrained and knobs.enable_thinking and result.steps == 0
+        parser = OutputParser(
+            self._validator(choice),
+            start_in_thinking=prefill_thinking,
+            first_clause_chars=cfg.first_clause_chars if result.steps == 0 else 0,
+        )
+        if prefill_thinking:
+            session.force(THINK_OPEN)
+        budget = knobs.thinking_token_budget  # per turn, across steps
+        cap = cfg.max_thinking_tokens if budget is None or budget < 0 else budget
+        cap -= result.thinking_tokens
+        step = Step()
+        calls: list[tuple[ToolCall | ToolCallError, Future[ToolResult] | None]] = []
+        thinking_tokens = 0
+        first = result.completion_tokens == 0
+
+        answer_tokens = 0
+        done = False
+        while answer_tokens < cfg.max_new_tokens and not done:  # thinking has its own cap
+            if self.cancel_token.is_stale(generation):
+                result.cancelled = True
+                break
+            thinking = parser.in_thinking
+            room = max(1, cap - thinking_tokens if thinking else cfg.max_new_tokens - answer_tokens)
+            tokens = session.step(cfg.sampling, None if thinking else grammar, room)
+            if first:
+                sink.on_first_token(request.turn_id)
+                first = False
+            for token in tokens:  # one token, or several accepted by a speculative decoder
+                if token.is_eog:
+                    done = True
+                    break
+                result.completion_tokens += 1
+                thinking_before = parser.in_thinking
+                events = parser.feed(token.text)
+                if thinking_before:
+                    thinking_tokens += 1
+                else:
+                    answer_tokens += 1
+                if not knobs.enable_thinking and parser.in_thinking:
+                    cap = 0  # thinking is off: close any thought the model opens at once
+                if parser.in_thinking and thinking_tokens >= cap:  # budget forcing
+                    close = parser.thinking_close_marker
+                    session.force(close)
+                    events += parser.feed(close)
+                seq = self._handle(events, request.turn_id, sink, seq, step, calls, result)
+                if parser.done:
+                    done = True
+                    break
+        if not result.cancelled:
+            seq = self._handle(parser.finish(), request.turn_id, sink, seq, step, calls, result)
+        step.content = parser.speech_text.strip()
+        result.spoken_text = " ".join(x for x in (result.spoken_text, step.content) if x)
+        result.thinking_text += parser.thinking_text
+        result.thinking_tokens += thinking_tokens
+        return step, calls, seq
+
+    def _validator(self, choice: str):
+        """The registry's validation, narrowed to what this step's tool_choice allows."""
+
+        def validate(name: str, arguments: dict[str, Any]) -> str | None:
+            if choice == "none":
+                return f"no tools may be called in this step (asked to call {name!r})"
+            if choice not in ("auto", "required") and name != choice:
+                return f"only {choice!r} may be called in this step (asked to call {name!r})"
+            return self.registry.validate(name, arguments)
+
+        return validate
+
+    def _handle(self, events, turn_id, sink, seq, step, calls, result) -> int:
+        for ev in events:
+            if isinstance(ev, Sentence):
+                if not any(c.isalnum() for c in ev.text):
+                    continue  # markup or punctuation only: nothing a voice could say
+                sink.on_sentence(turn_id, seq, ev.text)
+                seq += 1
+            elif isinstance(ev, SpeechDelta):
+                sink.on_speech_delta(turn_id, ev.text)
+            elif isinstance(ev, ThinkingDelta):
+                sink.on_thinking(turn_id, ev.text)
+            elif isinstance(ev, ToolCall):
+                refused = self.registry.admit(ev.name)
+                future = None if refused else sink.dispatch(turn_id, ev.name, ev.arguments)
+                if refused:
+                    ev = ToolCallError(raw=ev.raw, reason=refused, name=ev.name)
+                    result.errors.append(refused)
+                else:
+                    result.tool_calls.append(f"{ev.name} {json.dumps(ev.arguments)}")
+                calls.append((ev, future))
+                step.tool_calls.append({"name": ev.name, "arguments": getattr(ev, "arguments", {})})
+            elif isinstance(ev, ToolCallError):
+                result.errors.append(ev.reason)
+                calls.append((ev, None))
+                step.tool_calls.append({"name": ev.name or "invalid_call", "arguments": {}})
+            elif isinstance(ev, EndOfTurn):
+                pass
+        return seq
+
+    def _await_results(self, calls, generation, result) -> list[dict[str, Any]]:
+        pending = [f for _, f in calls if f is not None]
+        while pending:
+            if self.cancel_token.is_stale(generation):
+                result.cancelled = True
+                for f in pending:
+                    f.cancel()
+                break
+            _, not_done = wait_futures(pending, timeout=0.05)
+            pending = list(not_done)
+        responses = []
+        for ev, future in calls:
+            name = ev.name or "invalid_call"
+            if future is None:
+                outcome = ToolResult(ok=False, error=getattr(ev, "reason", "not dispatched"))
+            elif future.cancelled() or not future.done():
+                outcome = ToolResult(ok=False, error="cancelled")
+            else:
+                outcome = future.result()
+            responses.append({"name": name, "response": outcome.response()})
+        return responses

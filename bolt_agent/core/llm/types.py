@@ -1,0 +1,102 @@
+"""What the dialogue layer and the decoders share about a language model: its errors, sampling
+settings, tokens, session statistics and the two small ABCs (engine, session).
+
+Kept apart from the llama.cpp backend so the speculative decoders (which need these types) and
+the backend (which builds a decoder) do not import each other.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from bolt_agent.core.llm.chat_template import ChatTemplate
+
+
+class EngineError(RuntimeError):
+    """The model could not be loaded or decoding failed."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Seed defaults for Bolt E4B: temperature 1.0, top_p 0.95, top_k 64."""
+
+    temperature: float = 1.0
+    top_p: float = 0.95
+    top_k: int = 64
+    min_p: float = 0.0
+    repeat_penalty: float = 1.0
+    seed: int = -1  # -1: random
+
+
+@dataclass(frozen=True)
+class Token:
+    id: int
+    text: str  # decoded text this token completes (may be '' inside a UTF-8 sequence)
+    is_eog: bool = False
+
+
+@dataclass
+class SessionStats:
+    prompt_tokens: int = 0
+    reused_tokens: int = 0  # prompt tokens served from the KV cache
+    prefill_s: float = 0.0
+    generated: int = 0
+    forced: int = 0
+    decode_s: float = 0.0
+    first_token_at: float | None = None  # time.monotonic() of the first sampled token
+    drafted: int = 0
+    accepted: int = 0
+    draft_steps: int = 0  # speculative steps that verified at least one draft token
+
+    @property
+    def decode_tok_s(self) -> float:
+        return self.generated / self.decode_s if self.decode_s > 0 else 0.0
+
+
+class DecodeSession(ABC):
+    """One generation from one prompt. Not thread-safe; the engine serialises sessions."""
+
+    stats: SessionStats
+
+    @abstractmethod
+    def sample(self, sampling: SamplingParams, grammar: str | None = None) -> Token:
+        """Sample the next token (under `grammar`, if given) and feed it to the model."""
+
+    def step(
+        self, sampling: SamplingParams, grammar: str | None = None, limit: int = 1
+    ) -> list[Token]:
+        """One decoding step: one token, or up to `limit` accepted at once by a speculative
+        decoder. Cancellation is checked between steps."""
+        return [self.sample(sampling, grammar)]
+
+    @abstractmethod
+    def force(self, text: str) -> list[Token]:
+        """Feed `text` as if the model had generated it (e.g. an end-of-thinking marker)."""
+
+    @property
+    @abstractmethod
+    def n_past(self) -> int:
+        """Tokens in context (prompt + generated)."""
+
+
+class TextEngine(ABC):
+    """What the dialogue layer needs from a language model."""
+
+    chat_template: ChatTemplate
+
+    @property
+    @abstractmethod
+    def n_ctx(self) -> int: ...
+
+    @abstractmethod
+    def count_tokens(self, text: str) -> int: ...
+
+    @abstractmethod
+    def start(self, prompt: str) -> DecodeSession:
+        """Prefill `prompt` (reusing the cached prefix) and return a session positioned after it."""
+
+    def prefill(self, prompt: str) -> int:
+        """Bring `prompt` into the cache ahead of a ``start`` with the same prefix; returns the
+        tokens newly evaluated. Engines without a cache do nothing."""
+        return 0

@@ -1,0 +1,368 @@
+"""The ASR stage without ROS: 16 kHz audio blocks in, voice activity and transcripts out.
+
+``Listener.push(chunk, stamp_ns)`` runs the VAD segmenter on one block and decides everything the
+ASR node used to decide inline:
+
+* **echo** (``echo_mode``): while the robot speaks (``robot_speaking(True)``) and for
+  ``echo_tail_ms`` after it stops, ``gate`` ignores the mic (an open utterance is closed and
+  dropped); ``barge_in`` raises the VAD's threshold and minimum speech length instead, and an
+  utterance started while the robot speaks is flagged ``barge_in``;
+* **partials** every ``partial_interval_s`` of speech, skipped while more than ``backlog_s`` of
+  audio waits behind the block or while the transcriber is still busy;
+* **speculative final** (``speculative_final``): as soon as a silence begins
+  (``VadSegmenter.pending_end``), the utterance is transcribed; the result is published as a
+  partial at once, reused for the final when the VAD confirms that very end, and discarded
+  (never published) if speech resumes first;
+* **stamps**: sample offsets become nanosecond stamps through the latest block's stamp.
+
+The transcriber (``AsrEngine`` or anything with ``transcribe(audio, final) -> result | None``,
+the result having ``text``, ``confidence`` and ``language``) runs in jobs handed to a *runner*:
+anything with ``submit(fn) -> handle`` whose handle has ``done()`` and that runs the jobs one at a
+time, in order (a one-thread ``ThreadPoolExecutor`` in the node; ``InlineRunner``, the default,
+runs each job at once inside ``submit``). A transcription error becomes a
+``TranscriptionFailed`` event; the listener keeps going.
+
+Delivery of events, in the order they happen:
+
+* with ``emit`` (the node): every event is passed to ``emit`` when it happens, on the thread that
+  produced it (voice activity on the pushing thread, before any job of that block is submitted;
+  transcripts on the runner's thread); ``push`` then returns an empty list;
+* without ``emit`` (tests): ``push`` returns the events produced during the call, which with the
+  inline runner includes those of the jobs it ran; events a job produces outside a ``push``
+  (another runner) are kept and returned by the next ``push`` (or ``take_events``).
+
+``push`` and ``update_settings`` are called from one thread; ``robot_speaking`` from any.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from bolt_agent.core.speech.vad_segmenter import SAMPLE_RATE, SpeechEnd, SpeechStart, VadSegmenter
+
+ECHO_MODES = ("off", "gate", "barge_in")
+_NS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class ListenerSettings:
+    echo_mode: str = "barge_in"  # off | gate | barge_in
+    barge_in_threshold: float = 0.8  # VAD probability needed while the robot speaks
+    barge_in_min_ms: int = 300  # speech needed while the robot speaks
+    echo_tail_ms: int = 300  # gate: keep ignoring the mic this long after the robot stops
+    partial_interval_s: float = 1.0  # of speech between partial transcripts (0 = no partials)
+    speculative_final: bool = True  # transcribe when a silence begins, reuse when it is confirmed
+    backlog_s: float = 0.5  # queued audio above which partials are skipped to catch up
+
+    def __post_init__(self) -> None:
+        if self.echo_mode not in ECHO_MODES:
+            raise ValueError(f"echo_mode must be one of {list(ECHO_MODES)}, not {self.echo_mode!r}")
+
+
+# --- events ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class VoiceActivityEvent:
+    """Speech started (``speaking``) or stopped; ``stamp_ns`` of the utterance's onset / end."""
+
+    utterance_id: str
+    speaking: bool
+    barge_in: bool  # the utterance started while the robot was speaking (barge_in mode)
+    stamp_ns: int
+
+
+@dataclass(frozen=True)
+class TranscriptEvent:
+    utterance_id: str
+    text: str
+    is_final: bool
+    confidence: float
+    language: str
+    audio_start_ns: int  # where speech was detected
+    audio_end_ns: int  # the end of the transcribed audio
+
+
+@dataclass(frozen=True)
+class FinalMetrics:
+    """Follows an utterance's final transcript (the node adds the time it publishes it)."""
+
+    utterance_id: str
+    speech_end_ns: int
+
+
+@dataclass(frozen=True)
+class NoSpeech:
+    """The final transcription of an utterance found no speech: the utterance is dropped."""
+
+    utterance_id: str
+
+
+@dataclass(frozen=True)
+class TranscriptionFailed:
+    utterance_id: str
+    stage: str  # partial | speculative | final
+    error: str
+
+
+ListenerEvent = VoiceActivityEvent | TranscriptEvent | FinalMetrics | NoSpeech | TranscriptionFailed
+
+
+# --- injected collaborators --------------------------------------------------------------------
+class Transcriber(Protocol):
+    def transcribe(self, audio: np.ndarray, final: bool = True) -> Any: ...
+
+
+class JobHandle(Protocol):
+    def done(self) -> bool: ...
+
+
+class JobRunner(Protocol):
+    """Runs submitted jobs one at a time, in submission order."""
+
+    def submit(self, fn: Callable[[], None]) -> JobHandle: ...
+
+
+class InlineRunner:
+    """Runs each job at once, inside ``submit`` (tests, offline use); an error that is not a
+    transcription error (a failing ``emit``) propagates out of ``push``."""
+
+    def submit(self, fn: Callable[[], None]) -> Future:
+        future: Future = Future()
+        future.set_result(fn())
+        return future
+
+
+# --- jobs --------------------------------------------------------------------------------------
+@dataclass(eq=False)
+class _Speculation:
+    """A final transcribed before the VAD confirmed the end: its span and its result."""
+
+    utt_id: str
+    start: int  # padded start (the audio), compared with the SpeechEnd's
+    onset: int  # where speech was detected (the stamps)
+    end: int
+    start_ns: int = 0  # the stamps of onset and end when it was made: a final that reuses the
+    end_ns: int = 0  # speculation reports the very same span (not a later, jittered mapping)
+    stale: bool = False  # speech resumed: the result must not be used or published
+    ran: bool = False  # its job has run (result is its outcome, unless failed)
+    failed: bool = False
+    result: Any = None
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One transcription, handed from the pushing thread to the runner's."""
+
+    kind: str  # partial | speculative | final
+    utt_id: str
+    audio: np.ndarray = field(repr=False)
+    start_ns: int
+    end_ns: int
+    speculation: _Speculation | None = None  # speculative: its own; final: the one to reuse
+
+
+class Listener:
+    def __init__(
+        self,
+        transcriber: Transcriber,
+        settings: ListenerSettings | None = None,
+        vad: VadSegmenter | None = None,
+        runner: JobRunner | None = None,
+        emit: Callable[[ListenerEvent], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings or ListenerSettings()
+        self.vad = vad if vad is not None else VadSegmenter()
+        self._transcriber = transcriber
+        self._runner: JobRunner = runner if runner is not None else InlineRunner()
+        self._emit = emit
+        self._clock = clock
+        self._collected: list[ListenerEvent] = []
+        self._collected_lock = threading.Lock()
+        self._anchor = (0, 0)  # (sample offset, stamp ns) of the latest block
+        self._utt_id, self._utt_barge, self._last_partial = "", False, 0
+        self._barge_mode = False
+        self._speculation: _Speculation | None = None
+        self._last_job: JobHandle | None = None  # the latest job (partials wait for it)
+        self._robot_speaking = False
+        self._robot_quiet_since: float | None = None
+
+    # --- inputs ----------------------------------------------------------------------------
+    def robot_speaking(self, speaking: bool) -> None:
+        """The robot started or stopped speaking (the echo tail runs from the stop)."""
+        if self._robot_speaking and not speaking:
+            self._robot_quiet_since = self._clock()
+        self._robot_speaking = bool(speaking)
+
+    def update_settings(self, settings: ListenerSettings) -> None:
+        """New settings from the next block on (a barge-in sensitivity applies at once)."""
+        self.settings = settings
+        if self._barge_mode:
+            self.vad.set_sensitivity(settings.barge_in_threshold, settings.barge_in_min_ms)
+
+    def push(self, chunk: np.ndarray, stamp_ns: int, queued: int = 0) -> list[ListenerEvent]:
+        """Process one 16 kHz mono float32 block whose first sample was at ``stamp_ns``;
+        ``queued``: samples already waiting behind it (partials are skipped above backlog_s)."""
+        seg, s = self.vad, self.settings
+        self._anchor = (seg.offset, stamp_ns)
+        if s.echo_mode == "gate" and self._echo_gated():
+            if seg.in_speech:
+                self._voice(False, seg.offset)
+            if self._speculation is not None:  # its utterance is dropped
+                self._speculation.stale = True
+                self._speculation = None
+            seg.skip(len(chunk))
+            return self.take_events()
+        barge = s.echo_mode == "barge_in" and self._robot_speaking
+        if barge != self._barge_mode:
+            self._barge_mode = barge
+            if barge:
+                seg.set_sensitivity(s.barge_in_threshold, s.barge_in_min_ms)
+            else:
+                seg.reset_sensitivity()
+        for event in seg.push(chunk):
+            if isinstance(event, SpeechStart):
+                self._utt_id, self._utt_barge = f"u{uuid.uuid4().hex[:10]}", barge
+                self._last_partial = event.offset
+                self._voice(True, event.onset)
+            elif isinstance(event, SpeechEnd):
+                self._final(event)
+        if seg.in_speech:
+            self._speculate()
+        interval = int(s.partial_interval_s * SAMPLE_RATE)
+        if (
+            seg.in_speech
+            and interval > 0
+            and seg.offset - self._last_partial >= interval
+            and queued < s.backlog_s * SAMPLE_RATE
+            and self._idle()
+        ):
+            self._last_partial = seg.offset
+            onset = seg.speech_onset
+            assert onset is not None
+            audio = seg.current_audio()
+            self._submit(
+                _Job("partial", self._utt_id, audio, self.stamp(onset), self.stamp(seg.offset))
+            )
+        return self.take_events()
+
+    def take_events(self) -> list[ListenerEvent]:
+        """Events produced since the last call (only without ``emit``)."""
+        with self._collected_lock:
+            events, self._collected = self._collected, []
+        return events
+
+    def stamp(self, offset: int) -> int:
+        """Nanosecond stamp of sample ``offset``, through the latest block's stamp."""
+        anchor_offset, anchor_ns = self._anchor
+        return anchor_ns + (offset - anchor_offset) * _NS // SAMPLE_RATE
+
+    # --- decisions (pushing thread) ----------------------------------------------------------
+    def _echo_gated(self) -> bool:
+        if self._robot_speaking:
+            return True
+        quiet = self._robot_quiet_since
+        return quiet is not None and self._clock() - quiet < self.settings.echo_tail_ms / 1000
+
+    def _idle(self) -> bool:
+        return self._last_job is None or self._last_job.done()
+
+    def _submit(self, job: _Job) -> None:
+        self._last_job = self._runner.submit(lambda: self._run(job))
+
+    def _speculate(self) -> None:
+        """Start (or invalidate) the speculative final for the silence in progress."""
+        seg = self.vad
+        spec, end = self._speculation, seg.pending_end
+        if spec is not None and spec.end != end:
+            spec.stale = True  # speech resumed (or a new silence began): forget it
+            self._speculation = spec = None
+        if spec is None and end is not None and self.settings.speculative_final:
+            start, onset = seg.speech_start, seg.speech_onset
+            assert start is not None and onset is not None
+            audio = seg.audio_between(start, end)
+            spec = _Speculation(self._utt_id, start, onset, end, self.stamp(onset), self.stamp(end))
+            self._speculation = spec
+            job = _Job("speculative", spec.utt_id, audio, spec.start_ns, spec.end_ns, spec)
+            self._submit(job)
+
+    def _final(self, event: SpeechEnd) -> None:
+        """The end of speech now; the transcript follows from the runner."""
+        self._voice(False, event.end)
+        spec, self._speculation = self._speculation, None
+        same = spec is not None and (spec.start, spec.end) == (event.start, event.end)
+        reuse = same and not spec.stale
+        if spec is not None and not reuse:
+            spec.stale = True
+        if reuse:
+            start_ns, end_ns = spec.start_ns, spec.end_ns
+        else:
+            start_ns, end_ns = self.stamp(event.onset), self.stamp(event.end)
+        job = _Job("final", self._utt_id, event.audio, start_ns, end_ns, spec if reuse else None)
+        self._submit(job)
+
+    def _voice(self, speaking: bool, offset: int) -> None:
+        stamp = self.stamp(offset)
+        self._deliver(VoiceActivityEvent(self._utt_id, speaking, self._utt_barge, stamp))
+
+    # --- jobs (runner thread) -----------------------------------------------------------------
+    def _run(self, job: _Job) -> None:
+        spec = job.speculation
+        if job.kind == "speculative":
+            assert spec is not None
+            if spec.stale:
+                spec.ran = True
+                return
+            ok, result = self._transcribe(job, final=True)
+            spec.result, spec.failed, spec.ran = result, not ok, True
+            if result is not None and not spec.stale and self._speculation is spec:
+                self._transcript(job, result, final=False)
+        elif job.kind == "partial":
+            ok, result = self._transcribe(job, final=False)
+            if result is not None:
+                self._transcript(job, result, final=False)
+        else:
+            if spec is not None and spec.ran and not spec.failed:
+                ok, result = True, spec.result  # its job ran before this one
+            else:
+                ok, result = self._transcribe(job, final=True)
+            if not ok:
+                return
+            if result is None:
+                self._deliver(NoSpeech(job.utt_id))
+                return
+            self._transcript(job, result, final=True)
+            self._deliver(FinalMetrics(job.utt_id, job.end_ns))
+
+    def _transcribe(self, job: _Job, final: bool) -> tuple[bool, Any]:
+        try:
+            return True, self._transcriber.transcribe(job.audio, final=final)
+        except Exception as exc:  # a failed transcription must not end the listener
+            self._deliver(TranscriptionFailed(job.utt_id, job.kind, repr(exc)))
+            return False, None
+
+    def _transcript(self, job: _Job, result: Any, final: bool) -> None:
+        event = TranscriptEvent(
+            job.utt_id,
+            result.text,
+            final,
+            float(result.confidence),
+            result.language,
+            job.start_ns,
+            job.end_ns,
+        )
+        self._deliver(event)
+
+    def _deliver(self, event: ListenerEvent) -> None:
+        if self._emit is not None:
+            self._emit(event)
+        else:
+            with self._collected_lock:
+                self._collected.append(event)

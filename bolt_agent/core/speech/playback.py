@@ -1,0 +1,295 @@
+"""Interruptible audio output: a device player (sounddevice) and a paced sink for simulation.
+
+Both queue int16 segments under a tag, report per-tag progress (samples played of total) and
+stop at once: ``Player.stop`` silences the PortAudio callback from its next block and aborts the
+stream (dropping what the device buffered), then restarts it for the next turn. The returned
+``StopReport`` says how long that took and when the last non-silent block went out.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bolt_agent.core.speech.audio_io import (
+    OPEN_STREAMS,
+    DeviceError,
+    DeviceInfo,
+    StreamResampler,
+    find_device,
+    float_to_int16,
+    int16_to_float,
+    supported_rate,
+)
+
+
+@dataclass(frozen=True)
+class StopReport:
+    stop_s: float  # stop request → output aborted (stop() returned)
+    last_audio_s: float  # stop request → end of the last non-silent block handed to the device
+    dropped_tags: int  # segments that had not finished
+
+
+class _Segment:
+    __slots__ = ("data", "played", "tag", "total")
+
+    def __init__(self, tag: Hashable, data: np.ndarray, total: int) -> None:
+        self.tag, self.data, self.played, self.total = tag, data, 0, total
+
+
+class _SegmentQueue:
+    """Segments in play order, consumed block by block; progress is kept for finished ones."""
+
+    def __init__(self, on_done: Callable[[Hashable], None] | None) -> None:
+        self._q: deque[_Segment] = deque()
+        self._progress: dict[Hashable, tuple[int, int]] = {}
+        self._lock = threading.Lock()
+        self._on_done = on_done
+
+    def add(self, tag: Hashable, data: np.ndarray, total: int) -> None:
+        with self._lock:
+            self._q.append(_Segment(tag, data, total))
+            self._progress[tag] = (0, total)
+
+    def fill(self, out: np.ndarray) -> bool:
+        """Fill ``out`` (1-D int16) with queued samples, zeros after; True if anything was real."""
+        n, pos, done = len(out), 0, []
+        with self._lock:
+            while pos < n and self._q:
+                seg = self._q[0]
+                k = min(n - pos, len(seg.data) - seg.played)
+                out[pos : pos + k] = seg.data[seg.played : seg.played + k]
+                seg.played += k
+                pos += k
+                scaled = seg.total if seg.played >= len(seg.data) else seg.played
+                if len(seg.data) != seg.total:
+                    scaled = round(seg.played * seg.total / max(1, len(seg.data)))
+                self._progress[seg.tag] = (scaled, seg.total)
+                if seg.played >= len(seg.data):
+                    self._q.popleft()
+                    done.append(seg.tag)
+        out[pos:] = 0
+        for tag in done:
+            if self._on_done:
+                self._on_done(tag)
+        return pos > 0
+
+    def progress(self, tag: Hashable) -> tuple[int, int]:
+        with self._lock:
+            return self._progress.get(tag, (0, 0))
+
+    def done(self, tag: Hashable) -> bool:
+        played, total = self.progress(tag)
+        return total > 0 and played >= total
+
+    def clear(self) -> int:
+        with self._lock:
+            n = len(self._q)
+            self._q.clear()
+            return n
+
+    def forget(self, tag: Hashable) -> None:
+        with self._lock:
+            self._progress.pop(tag, None)
+
+    def empty(self) -> bool:
+        with self._lock:
+            return not self._q
+
+
+class Player:
+    """Plays int16 mono segments on an output device in small blocks; interruptible."""
+
+    def __init__(
+        self,
+        device: str | int | None,
+        sample_rate: int,
+        block_ms: int = 20,
+        latency: float | str = "low",
+        on_done: Callable[[Hashable], None] | None = None,
+    ) -> None:
+        self.device_spec, self.sample_rate = device, sample_rate
+        self.block_ms, self.latency = block_ms, latency
+        self._queue = _SegmentQueue(on_done)
+        self._stream: Any = None
+        self._halt = False
+        self._last_audio_t = 0.0
+        self.device: DeviceInfo | None = None
+        self.device_rate = sample_rate
+        self.underflows = 0
+        self.warm = False
+        self.warmup_timeout_s = 3.0
+        self._running = threading.Event()
+        self._frames = 0
+        self._warm_frames = 0
+
+    def open(self, rescan: bool = False) -> None:
+        import sounddevice as sd
+
+        device = find_device(self.device_spec, "output", rescan)
+        rate = supported_rate(device, self.sample_rate, "output")
+        try:
+            stream = sd.OutputStream(
+                device=device.index,
+                samplerate=rate,
+                channels=1,
+                dtype="int16",
+                blocksize=max(1, rate * self.block_ms // 1000),
+                latency=self.latency,
+                callback=self._callback,
+            )
+            self._frames = 0
+            self._running.clear()
+            self._warm_frames = int(rate * (stream.latency + 0.1))
+            stream.start()
+        except Exception as exc:
+            raise DeviceError(
+                f"cannot open output device {device.name!r} at {rate} Hz: {exc}"
+            ) from exc
+        self._stream, self.device, self.device_rate = stream, device, rate
+        OPEN_STREAMS.add(1)
+        # Some back ends (PulseAudio through ALSA) hold a new stream for ~1.5 s before its clock
+        # runs; wait for that here so the first sentence is not delayed.
+        self.warm = self._running.wait(self.warmup_timeout_s)
+
+    @property
+    def is_open(self) -> bool:
+        return self._stream is not None
+
+    def _callback(self, outdata: np.ndarray, frames: int, time_info: Any, status: Any) -> None:
+        if status.output_underflow:
+            self.underflows += 1
+        self._frames += frames
+        if self._frames >= self._warm_frames:
+            self._running.set()
+        if self._halt:
+            outdata.fill(0)
+            return
+        if self._queue.fill(outdata[:, 0]):
+            self._last_audio_t = time.monotonic()
+
+    def write(self, tag: Hashable, audio: np.ndarray) -> None:
+        """Queue a segment (int16 mono at ``sample_rate``); returns at once."""
+        if self._stream is None:
+            raise DeviceError("output device is not open")
+        data = np.asarray(audio, dtype=np.int16)
+        if self.device_rate != self.sample_rate:
+            resampler = StreamResampler(self.sample_rate, self.device_rate)
+            data = float_to_int16(resampler.process(int16_to_float(data), last=True))
+        self._queue.add(tag, data, len(audio))
+
+    def progress(self, tag: Hashable) -> tuple[int, int]:
+        """(samples played, total) of a segment, in the segment's own sample rate."""
+        return self._queue.progress(tag)
+
+    def done(self, tag: Hashable) -> bool:
+        return self._queue.done(tag)
+
+    def forget(self, tag: Hashable) -> None:
+        self._queue.forget(tag)
+
+    def stop(self) -> StopReport:
+        """Silence now: the callback writes zeros from its next block, the stream is aborted
+        (buffered audio dropped) and restarted empty."""
+        t0 = time.monotonic()
+        self._halt = True
+        dropped = self._queue.clear()
+        if self._stream is not None:
+            self._stream.abort()
+        t1 = time.monotonic()
+        self._halt = False
+        if self._stream is not None:
+            self._stream.start()
+        return StopReport(t1 - t0, max(0.0, self._last_audio_t - t0), dropped)
+
+    def close(self) -> None:
+        stream, self._stream = self._stream, None
+        self._queue.clear()
+        if stream is not None:
+            OPEN_STREAMS.add(-1)
+            try:
+                stream.abort()
+            finally:
+                stream.close()
+
+
+class PacedSink:
+    """Headless stand-in for a device: emits blocks through ``emit(int16 block)`` in real time
+    from its own thread, with the same write/progress/stop interface as ``Player``."""
+
+    def __init__(
+        self,
+        emit: Callable[[np.ndarray], None],
+        sample_rate: int,
+        block_ms: int = 20,
+        on_done: Callable[[Hashable], None] | None = None,
+    ) -> None:
+        self._emit, self.sample_rate = emit, sample_rate
+        self._block = max(1, sample_rate * block_ms // 1000)
+        self._queue = _SegmentQueue(on_done)
+        self._wake = threading.Event()
+        self._lock = threading.Lock()  # held while a block is emitted; stop() waits for it
+        self._thread: threading.Thread | None = None
+        self._running = False
+        self._last_audio_t = 0.0
+
+    def open(self, rescan: bool = False) -> None:
+        self._running = True
+        self._thread = threading.Thread(target=self._run, name="paced-sink", daemon=True)
+        self._thread.start()
+
+    @property
+    def is_open(self) -> bool:
+        return self._running
+
+    def _run(self) -> None:
+        period = self._block / self.sample_rate
+        next_t = time.monotonic()
+        while self._running:
+            if self._queue.empty():
+                self._wake.wait(0.5)
+                self._wake.clear()
+                next_t = time.monotonic()
+                continue
+            block = np.zeros(self._block, dtype=np.int16)
+            with self._lock:
+                if self._queue.fill(block):
+                    self._emit(block)
+                    self._last_audio_t = time.monotonic()
+            next_t += period
+            delay = next_t - time.monotonic()
+            if delay > 0:
+                self._wake.wait(delay)  # paced like a device clock; a write/stop wakes it early
+                self._wake.clear()
+
+    def write(self, tag: Hashable, audio: np.ndarray) -> None:
+        self._queue.add(tag, np.asarray(audio, dtype=np.int16), len(audio))
+        self._wake.set()
+
+    def progress(self, tag: Hashable) -> tuple[int, int]:
+        return self._queue.progress(tag)
+
+    def done(self, tag: Hashable) -> bool:
+        return self._queue.done(tag)
+
+    def forget(self, tag: Hashable) -> None:
+        self._queue.forget(tag)
+
+    def stop(self) -> StopReport:
+        t0 = time.monotonic()
+        with self._lock:
+            dropped = self._queue.clear()
+        return StopReport(time.monotonic() - t0, max(0.0, self._last_audio_t - t0), dropped)
+
+    def close(self) -> None:
+        self._running = False
+        self._queue.clear()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)

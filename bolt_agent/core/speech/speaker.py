@@ -1,0 +1,328 @@
+"""The TTS stage without ROS: turns of sentences, synthesised in order, played, interruptible.
+
+``Speaker`` queues the sentences of each turn (``say``), synthesises them one at a time
+(``synthesize_next``: the caller's synthesis thread loops on it) and writes their audio to an
+injected sink (``Player`` or ``PacedSink`` from ``playback``: write/progress/forget/stop under a
+tag, the queued ``Sentence``). The sink reports each finished sentence through its ``on_done``;
+the caller hands it to ``played`` (from a thread of its own: ``on_done`` runs in the audio
+callback). ``stop`` bumps a generation counter stamped on every queued sentence, so whatever was
+queued or being synthesised before it is never played, and reports exactly what was heard:
+the whole sentences, then the words of the cut one in proportion to the samples played.
+
+What happens is reported as typed events through ``emit``, called in order with the speaker's
+lock held (it must not call back into the speaker): ``SpeechState`` (the ``tts/state`` of a
+turn), ``FirstAudio``, ``Stopped``, ``Dropped`` and ``Failed``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from bolt_agent.core.speech.tts_engine import split_sentences, spoken_prefix
+
+MAX_TURNS = 64  # turns remembered (for their spoken text and ``done``); the oldest go first
+NOT_ACTIVE = "not active"
+NO_OUTPUT = "no audio output"
+
+
+class AudioSink(Protocol):
+    """What the speaker needs of ``playback.Player`` / ``playback.PacedSink``."""
+
+    @property
+    def is_open(self) -> bool: ...
+
+    def write(self, tag: Hashable, audio: np.ndarray) -> None: ...
+
+    def progress(self, tag: Hashable) -> tuple[int, int]: ...
+
+    def forget(self, tag: Hashable) -> None: ...
+
+    def stop(self) -> Any: ...  # a StopReport (stop_s, last_audio_s)
+
+
+# --- state shared with the caller ------------------------------------------------------------
+@dataclass(eq=False)
+class Turn:
+    """One turn's sentences; ``spoken`` grows as they play, ``done`` is set when it is over."""
+
+    turn_id: str
+    spoken: list[str] = field(default_factory=list)
+    outstanding: int = 0  # sentences queued, being synthesised or playing
+    last_received: bool = False
+    interrupted: bool = False
+    first_audio: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def spoken_text(self) -> str:
+        return " ".join(self.spoken)
+
+
+@dataclass(eq=False)
+class Sentence:
+    """A queued sentence: the job passed from ``say`` to synthesis to the sink (its tag) and
+    back through ``played``. ``gen`` is the speaker's generation when it was queued."""
+
+    turn: Turn
+    text: str
+    gen: int
+
+
+# --- events ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SpeechState:
+    """What ``tts/state`` says: the turn, whether it is still speaking, what was heard."""
+
+    turn_id: str = ""
+    speaking: bool = False
+    spoken_text: str = ""
+    interrupted: bool = False
+
+    @classmethod
+    def of(cls, turn: Turn) -> SpeechState:
+        speaking = turn.outstanding > 0 and not turn.interrupted
+        return cls(turn.turn_id, speaking, turn.spoken_text, turn.interrupted)
+
+
+@dataclass(frozen=True)
+class FirstAudio:
+    """The first audio of a turn went to the sink (once per turn)."""
+
+    turn_id: str
+
+
+@dataclass(frozen=True)
+class StopInfo:
+    turn_id: str  # the turn shown as stopped (the current one, else the first busy one)
+    reason: str
+    spoken: str  # what that turn had said: whole sentences, then the cut one's prefix
+    stop_ms: float | None = None  # stop request → output silenced (None: no open output)
+    last_audio_ms: float | None = None  # stop request → end of the last audible block
+
+    def as_dict(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"turn_id": self.turn_id, "reason": self.reason}
+        info["spoken"] = self.spoken
+        if self.stop_ms is not None:
+            info |= {"stop_ms": self.stop_ms, "last_audio_ms": self.last_audio_ms}
+        return info
+
+
+@dataclass(frozen=True)
+class Stopped:
+    info: StopInfo
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """A sentence that was not said: ``NOT_ACTIVE`` (refused) or ``NO_OUTPUT``."""
+
+    turn_id: str
+    text: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    """Synthesis of a sentence raised; the turn goes on without it."""
+
+    turn_id: str
+    text: str
+    reason: str  # repr of the exception
+
+
+SpeakerEvent = SpeechState | FirstAudio | Stopped | Dropped | Failed
+
+
+class Speaker:
+    """Turn and stop bookkeeping of the TTS stage; thread-safe, driven by the caller's threads.
+
+    ``synthesize(text) -> int16 array`` says one sentence; ``start(sink)`` makes the speaker
+    active on a sink, ``shutdown()`` stops what is playing and makes it inactive.
+    """
+
+    def __init__(
+        self,
+        synthesize: Callable[[str], np.ndarray],
+        emit: Callable[[SpeakerEvent], None] = lambda event: None,
+        max_turns: int = MAX_TURNS,
+    ) -> None:
+        self._synthesize, self._emit, self._max_turns = synthesize, emit, max_turns
+        self._lock = threading.RLock()
+        self._ready = threading.Condition(self._lock)  # a sentence was queued, or shut down
+        self._gen = 0
+        self._turns: dict[str, Turn] = {}
+        self._current: Turn | None = None  # the turn whose audio went to the sink last
+        self._queue: deque[Sentence] = deque()
+        self._playing: list[Sentence] = []  # written to the sink, in play order
+        self._sink: AudioSink | None = None
+        self._active = False
+
+    @property
+    def active(self) -> bool:
+        return self._active
+
+    @property
+    def generation(self) -> int:
+        return self._gen
+
+    def turn(self, turn_id: str) -> Turn | None:
+        with self._lock:
+            return self._turns.get(turn_id)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def start(self, sink: AudioSink | None) -> None:
+        """Accept sentences, played on ``sink`` (which may open later); reports the idle state."""
+        with self._lock:
+            self._sink, self._active = sink, True
+            self._emit(SpeechState())
+
+    def shutdown(self, reason: str = "stop request") -> None:
+        """Stop everything, refuse new sentences, release the sink and wake the synthesis
+        thread (``synthesize_next`` returns False)."""
+        with self._lock:
+            self.stop("", reason)
+            self._active = False
+            self._queue.clear()
+            self._sink = None
+            self._ready.notify_all()
+
+    # --- speaking ----------------------------------------------------------------------------
+    def say(self, turn_id: str, text: str, is_last: bool, interrupt: bool = False) -> Turn:
+        """Queue the sentences of ``text`` under ``turn_id`` (a new turn unless that one is still
+        open); ``interrupt`` stops what is playing first. Returns the turn."""
+        with self._lock:
+            if interrupt:
+                self.stop("")
+            turn = self._turns.get(turn_id)
+            if turn is None or turn.done.is_set():
+                turn = self._turns[turn_id] = Turn(turn_id)
+                while len(self._turns) > self._max_turns:
+                    self._turns.pop(next(iter(self._turns)))
+            turn.last_received = turn.last_received or is_last
+            if not self._active:
+                self._emit(Dropped(turn_id, text, NOT_ACTIVE))
+                turn.interrupted = True
+                turn.done.set()
+                return turn
+            for sentence in split_sentences(text):
+                turn.outstanding += 1
+                self._queue.append(Sentence(turn, sentence, self._gen))
+            self._ready.notify()
+            self._finish_if_idle(turn)
+        return turn
+
+    def synthesize_next(self, timeout: float | None = 0.0) -> bool:
+        """Synthesise the next queued sentence (outside the lock) and write it to the sink.
+        Waits up to ``timeout`` s for one (None: until one comes or the speaker shuts down);
+        False when none was taken."""
+        with self._lock:
+            if not self._ready.wait_for(lambda: self._queue or not self._active, timeout):
+                return False
+            if not self._active:
+                return False
+            item = self._queue.popleft()
+            if item.gen != self._gen:
+                return True  # queued before a stop: never said
+        failure = None
+        try:
+            audio = self._synthesize(item.text)
+        except Exception as exc:  # one unsayable sentence must not end the speech thread
+            failure, audio = repr(exc), np.zeros(0, dtype=np.int16)
+        with self._lock:
+            turn, sink = item.turn, self._sink
+            if failure is not None:
+                self._emit(Failed(turn.turn_id, item.text, failure))
+            if item.gen != self._gen:
+                return True  # stopped while it was being synthesised
+            if sink is None or not sink.is_open or not len(audio):
+                if len(audio):
+                    self._emit(Dropped(turn.turn_id, item.text, NO_OUTPUT))
+                turn.outstanding -= 1
+                self._finish_if_idle(turn)
+                return True
+            self._current = turn
+            self._playing.append(item)
+            sink.write(item, audio)
+            if not turn.first_audio:
+                turn.first_audio = True
+                self._emit(FirstAudio(turn.turn_id))
+                self._emit(SpeechState.of(turn))
+        return True
+
+    def played(self, item: Sentence) -> bool:
+        """The sink finished playing ``item``: it joins its turn's spoken text. True when that
+        ended a turn whose last sentence had come (the moment to give memory back)."""
+        with self._lock:
+            if item.gen != self._gen or item not in self._playing:
+                return False  # stopped meanwhile: the stop reported it
+            self._playing.remove(item)
+            if self._sink is not None:
+                self._sink.forget(item)
+            item.turn.spoken.append(item.text)
+            item.turn.outstanding -= 1
+            done = self._finish_if_idle(item.turn)
+            if not done:
+                self._emit(SpeechState.of(item.turn))
+            return done and item.turn.last_received
+
+    def _finish_if_idle(self, turn: Turn) -> bool:
+        if turn.outstanding > 0:
+            return False
+        if turn.last_received:
+            turn.done.set()
+        self._emit(SpeechState.of(turn))  # speaking=False: nothing of this turn is left to play
+        return True
+
+    def stop(self, turn_id: str = "", reason: str = "stop request") -> StopInfo | None:
+        """Stop the current turn (or only ``turn_id`` if it is the current one, or one not
+        playing yet: then what is queued with it stops too). Returns what was said, or None if
+        nothing was playing or queued."""
+        with self._lock:
+            current = self._current
+            if turn_id and (current is None or current.turn_id != turn_id):
+                pending = self._turns.get(turn_id)
+                if pending is None or pending.done.is_set():
+                    return None
+                current = pending
+            busy = [t for t in self._turns.values() if t.outstanding > 0]
+            if not busy:
+                return None
+            self._gen += 1
+            self._queue.clear()
+            sink = self._sink
+            report = sink.stop() if sink is not None and sink.is_open else None
+            for item in self._playing:  # in play order: whole sentences, then the cut one
+                played, total = sink.progress(item) if sink is not None else (0, 1)
+                if total and played >= total:
+                    item.turn.spoken.append(item.text)
+                    continue
+                cut = spoken_prefix(item.text, played / total if total else 0.0)
+                if cut:
+                    item.turn.spoken.append(cut)
+                break
+            if sink is not None:
+                for item in self._playing:
+                    sink.forget(item)
+            self._playing.clear()
+            for turn in busy:
+                turn.outstanding, turn.interrupted, turn.last_received = 0, True, True
+                turn.done.set()
+            shown = current if current in busy else busy[0]
+            self._emit(SpeechState.of(shown))
+            info = StopInfo(shown.turn_id, reason, shown.spoken_text)
+            if report is not None:
+                info = StopInfo(
+                    shown.turn_id,
+                    reason,
+                    shown.spoken_text,
+                    report.stop_s * 1e3,
+                    report.last_audio_s * 1e3,
+                )
+            self._emit(Stopped(info))
+            return info

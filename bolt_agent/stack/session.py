@@ -1,0 +1,149 @@
+"""``StackSession``: the embedded stack's lifetime in one place (the runner, the simulator, the
+benchmark's stack host).
+
+    with StackSession(StackSpec(profile="reachy_mini", sim=True)) as session:
+        nodes = session.build()               # the spec's nodes (autostart off: we drive them)
+        session.add(monitor, user)            # extra nodes: owned, torn down with the stack
+        session.start()                       # executor spinning in a background thread
+        failed = session.bring_up(progress=print)   # configure + activate, in order
+        ...
+    # exit: lifecycle shutdown (reverse order), executor shut down, nodes destroyed, rclpy down
+
+``spin()`` instead of ``start()`` spins in the calling thread until Ctrl-C / shutdown. The
+executor comes from ``nodes.runtime`` (the console scripts use the same helper).
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections.abc import Callable
+
+import rclpy
+from rclpy.executors import MultiThreadedExecutor
+from rclpy.logging import get_logger
+from rclpy.node import Node
+
+from bolt_agent.nodes import runtime
+from bolt_agent.stack.spec import StackSpec, bring_up_all, build_stack, shut_down_lifecycle
+
+#: how long the exit waits for the background spin thread to return after the executor's shutdown
+_JOIN_TIMEOUT_S = 10.0
+
+
+class StackSession:
+    """rclpy + the spec's nodes + extra nodes on one multi-threaded executor; all torn down on
+    exit, every teardown failure logged (none swallowed, none stopping the rest)."""
+
+    def __init__(self, spec: StackSpec, **node_kwargs):
+        self.spec = spec
+        self.node_kwargs = node_kwargs  # passed to every stack node's constructor
+        self.stack_nodes: list[Node] = []  # built from the spec, in bring-up order
+        self.nodes: list[Node] = []  # every node owned: stack nodes and extras, in added order
+        self.executor: MultiThreadedExecutor | None = None
+        self._thread: threading.Thread | None = None
+        self._owns_rclpy = False
+        self.log = get_logger("stack_session")
+
+    # -- lifetime -------------------------------------------------------------------------------
+    def __enter__(self) -> StackSession:
+        if not rclpy.ok():
+            rclpy.init()
+            self._owns_rclpy = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Lifecycle shutdown of the stack nodes in reverse order (while the executor still
+        spins: shutdown callbacks may need it), then stop the executor and its thread, then
+        destroy every node, then rclpy. Safe to call twice."""
+        self._step("lifecycle shutdown", shut_down_lifecycle, self.stack_nodes)
+        if self.executor is not None:
+            self._step("executor shutdown", self.executor.shutdown)
+            self.executor = None
+        if self._thread is not None:
+            self._thread.join(_JOIN_TIMEOUT_S)
+            if self._thread.is_alive():
+                self.log.error(f"the executor thread did not stop within {_JOIN_TIMEOUT_S} s")
+            self._thread = None
+        for node in reversed(self.nodes):
+            self._step(f"destroying {_name(node)}", node.destroy_node)
+        self.nodes, self.stack_nodes = [], []
+        if self._owns_rclpy:
+            self._step("rclpy shutdown", rclpy.try_shutdown)
+            self._owns_rclpy = False
+
+    def _step(self, what: str, fn: Callable, *args) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            self.log.error(f"{what} failed:\n{traceback.format_exc()}")
+
+    # -- nodes ----------------------------------------------------------------------------------
+    def build(self) -> list[Node]:
+        """Construct the spec's nodes (``spec.build_stack``) and add them; returns them."""
+        nodes = build_stack(self.spec, **self.node_kwargs)
+        self.stack_nodes.extend(nodes)
+        self.add(*nodes)
+        return nodes
+
+    def add(self, *nodes: Node) -> None:
+        """Own extra nodes (console monitor, scripted user, bag player…): spun and destroyed with
+        the stack; added to the executor at once when it already runs."""
+        for node in nodes:
+            self.nodes.append(node)
+            if self.executor is not None:
+                self.executor.add_node(node)
+
+    def node(self, name: str) -> Node | None:
+        return next((n for n in self.nodes if n.get_name() == name), None)
+
+    # -- spinning -------------------------------------------------------------------------------
+    def _ensure_executor(self) -> MultiThreadedExecutor:
+        if self.executor is None:
+            # sized once, for the nodes owned now (runtime.executor_threads says why)
+            self.executor = runtime.make_executor(self.nodes)
+        return self.executor
+
+    def start(self) -> None:
+        """Spin the executor in a background (daemon) thread."""
+        if self._thread is not None:
+            return
+        executor = self._ensure_executor()
+        self._thread = threading.Thread(
+            target=self._spin_logged, args=(executor,), name="stack_executor", daemon=True
+        )
+        self._thread.start()
+
+    def spin(self) -> None:
+        """Spin in the calling thread until Ctrl-C / rclpy shutdown / ``close()``."""
+        if self._thread is not None:
+            raise RuntimeError("the executor already spins in the background (start())")
+        runtime.spin_until_shutdown(self._ensure_executor())
+
+    def _spin_logged(self, executor: MultiThreadedExecutor) -> None:
+        try:
+            runtime.spin_until_shutdown(executor)
+        except Exception:
+            self.log.error(f"the executor stopped:\n{traceback.format_exc()}")
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def bring_up(
+        self,
+        progress: Callable[[str], None] | None = None,
+        after_each: Callable[[Node], None] | None = None,
+    ) -> list[str]:
+        """configure + activate the stack's lifecycle nodes in order; the names that failed.
+
+        ``progress("starting <name>")`` before each one; ``after_each(node)`` after every node.
+        """
+        return bring_up_all(self.stack_nodes, progress=progress, after_each=after_each)
+
+
+def _name(node: Node) -> str:
+    try:
+        return node.get_name()
+    except Exception:
+        return repr(node)

@@ -1,0 +1,474 @@
+"""The ASR stage's logic (core/speech/listener.py), synchronously: audio pushed block by block,
+events asserted; a scripted VAD model and a fake transcriber (the real Silero VAD on the Piper
+speech fixture in the last test). No ROS, no sleeps."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future
+
+import numpy as np
+import pytest
+
+from audio_fixtures import speech_wav  # noqa: F401 - fixture
+from bolt_agent.core.speech.asr_engine import AsrResult
+from bolt_agent.core.speech.listener import (
+    FinalMetrics,
+    Listener,
+    ListenerSettings,
+    NoSpeech,
+    TranscriptEvent,
+    TranscriptionFailed,
+    VoiceActivityEvent,
+)
+from bolt_agent.core.speech.vad_segmenter import WINDOW, VadConfig, VadSegmenter
+
+NS_PER_SAMPLE = 62_500  # 1e9 / 16 kHz
+BASE = 7_000_000_000
+DRIFT = 7_000  # ns added per block: stamps map offsets through the latest block's stamp
+
+
+def block_stamp(k: int) -> int:
+    return BASE + k * WINDOW * NS_PER_SAMPLE + k * DRIFT
+
+
+def at(k: int, offset: int) -> int:
+    """The stamp of sample ``offset`` as seen while block ``k`` is pushed."""
+    return block_stamp(k) + (offset - k * WINDOW) * NS_PER_SAMPLE
+
+
+class ByPosition:
+    """Fake VAD model: the probability of each 512-sample window is scripted by its position in
+    the stream (sample i of the stream holds the value i), so skipped blocks keep it aligned."""
+
+    def __init__(self, probs: list[float]) -> None:
+        self.probs = probs
+
+    def reset(self) -> None:
+        pass
+
+    def __call__(self, windows: np.ndarray) -> np.ndarray:
+        ks = [int(w[0]) // WINDOW for w in windows]
+        return np.array([self.probs[k] if k < len(self.probs) else 0.0 for k in ks], np.float32)
+
+
+class FakeAsr:
+    """Records (final, first sample, last sample + 1) of each call; the text names the span.
+    ``script``: per call, None (no speech), an exception to raise, or ... (a result)."""
+
+    def __init__(self, script: list | None = None) -> None:
+        self.calls: list[tuple[bool, int, int]] = []
+        self.script = list(script or [])
+
+    def transcribe(self, audio: np.ndarray, final: bool = True) -> AsrResult | None:
+        span = (int(audio[0]), int(audio[-1]) + 1)
+        self.calls.append((final, *span))
+        outcome = self.script.pop(0) if self.script else ...
+        if isinstance(outcome, Exception):
+            raise outcome
+        if outcome is None:
+            return None
+        return AsrResult(f"{span[0]}-{span[1]}", 0.75, "en", 0.0)
+
+
+class ManualRunner:
+    """Holds jobs until ``run_all`` (a busy transcriber)."""
+
+    def __init__(self) -> None:
+        self.jobs: list[tuple] = []
+
+    def submit(self, fn) -> Future:
+        future: Future = Future()
+        self.jobs.append((fn, future))
+        return future
+
+    def run_all(self) -> None:
+        while self.jobs:
+            fn, future = self.jobs.pop(0)
+            future.set_result(fn())
+
+
+def make(
+    probs: list[float],
+    config: VadConfig,
+    asr: FakeAsr | None = None,
+    runner: ManualRunner | None = None,
+    emit=None,
+    clock=time.monotonic,
+    **settings,
+) -> tuple[Listener, FakeAsr]:
+    """A listener over the scripted VAD; ``settings``: ListenerSettings fields."""
+    asr = asr or FakeAsr()
+    vad = VadSegmenter(config, ByPosition(probs))
+    listener = Listener(asr, ListenerSettings(**settings), vad, runner, emit, clock)
+    return listener, asr
+
+
+def feed(listener: Listener, blocks: range, queued: int = 0) -> list[tuple[int, object]]:
+    """(block index, event) for every event the blocks produced."""
+    out = []
+    for k in blocks:
+        a = k * WINDOW
+        block = np.arange(a, a + WINDOW, dtype=np.float32)
+        out += [(k, e) for e in listener.push(block, block_stamp(k), queued=queued)]
+    return out
+
+
+def text(a: int, b: int) -> str:
+    return f"{a}-{b}"
+
+
+def test_voice_activity_final_and_metrics_with_stamps_from_sample_offsets():
+    probs = [0.0] * 10 + [0.9] * 20 + [0.0] * 30
+    config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=64, start_pad_ms=128)
+    listener, asr = make(probs, config, speculative_final=False, partial_interval_s=0.0)
+    events = feed(listener, range(len(probs)))
+    uid = events[0][1].utterance_id
+    assert uid.startswith("u") and len(uid) == 11
+    onset, start, end = 10 * WINDOW, 10 * WINDOW - 2048, 30 * WINDOW + 1024
+    assert events == [
+        (14, VoiceActivityEvent(uid, True, False, at(14, onset))),  # 5 windows = 150 ms found
+        (39, VoiceActivityEvent(uid, False, False, at(39, end))),  # 300 ms of silence confirmed
+        (39, TranscriptEvent(uid, text(start, end), True, 0.75, "en", at(39, onset), at(39, end))),
+        (39, FinalMetrics(uid, at(39, end))),
+    ]
+    assert asr.calls == [(True, start, end)]  # the padded audio, once
+
+
+def test_partials_every_interval_of_speech_and_skipped_under_backlog():
+    probs = [0.0] * 4 + [0.9] * 120 + [0.0] * 40
+    config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=0, start_pad_ms=0)
+    onset = 4 * WINDOW
+
+    def partials(events):
+        return [
+            (k, e.audio_start_ns, e.audio_end_ns, e.text)
+            for k, e in events
+            if isinstance(e, TranscriptEvent) and not e.is_final
+        ]
+
+    listener, asr = make(probs, config, speculative_final=False, partial_interval_s=1.0)
+    events = feed(listener, range(len(probs)))
+    # 1 s (16000 samples) of speech after the start, at the first block boundary past it
+    expected = [(k, (k + 1) * WINDOW) for k in (35, 67, 99, 131)]
+    assert partials(events) == [
+        (k, at(k, onset), at(k, end), text(onset, end)) for k, end in expected
+    ]
+    assert [c for c in asr.calls if not c[0]] == [(False, onset, end) for _, end in expected]
+    finals = [e for _, e in events if isinstance(e, TranscriptEvent) and e.is_final]
+    assert len(finals) == 1 and finals[0].audio_end_ns == at(133, 124 * WINDOW)
+
+    # half a second of audio queued behind the blocks: no partial until the backlog drains
+    listener, asr = make(probs, config, speculative_final=False, partial_interval_s=1.0)
+    behind = feed(listener, range(51), queued=8000)
+    assert not partials(behind) and asr.calls == []
+    events = behind + feed(listener, range(51, len(probs)), queued=7999)
+    expected = [(k, (k + 1) * WINDOW) for k in (51, 83, 115)]
+    assert [(k, end) for k, _, end, _ in partials(events)] == [(k, at(k, e)) for k, e in expected]
+
+
+def test_no_partial_while_the_transcriber_is_busy():
+    probs = [0.0] * 4 + [0.9] * 120 + [0.0] * 40
+    config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=0, start_pad_ms=0)
+    runner, seen = ManualRunner(), []
+    listener, asr = make(
+        probs,
+        config,
+        speculative_final=False,
+        partial_interval_s=1.0,
+        runner=runner,
+        emit=seen.append,
+    )
+    assert feed(listener, range(81)) == []  # with emit, events go there, not back from push
+    assert len(runner.jobs) == 1 and asr.calls == []  # the partial of block 35, still waiting
+    runner.run_all()
+    assert asr.calls == [(False, 4 * WINDOW, 36 * WINDOW)]
+    assert isinstance(seen[-1], TranscriptEvent) and not seen[-1].is_final
+    feed(listener, range(81, 82))  # idle again, and more than 1 s since block 35
+    runner.run_all()
+    assert asr.calls[-1] == (False, 4 * WINDOW, 82 * WINDOW)
+
+
+def test_speculative_final_is_published_early_and_reused_when_the_end_is_confirmed():
+    probs = [0.0] * 4 + [0.9] * 30 + [0.0] * 30
+    config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=64, start_pad_ms=0)
+    listener, asr = make(probs, config, speculative_final=True, partial_interval_s=0.0)
+    events = feed(listener, range(len(probs)))
+    onset, end = 4 * WINDOW, 34 * WINDOW + 1024  # the first silent window + 64 ms
+    uid = events[0][1].utterance_id
+    assert events == [
+        (8, VoiceActivityEvent(uid, True, False, at(8, onset))),
+        # as soon as the padded end is buffered, 8 blocks before the VAD confirms it
+        (35, TranscriptEvent(uid, text(onset, end), False, 0.75, "en", at(35, onset), at(35, end))),
+        (43, VoiceActivityEvent(uid, False, False, at(43, end))),
+        # the final reuses the speculation: its result and its very span (stamps of block 35)
+        (43, TranscriptEvent(uid, text(onset, end), True, 0.75, "en", at(35, onset), at(35, end))),
+        (43, FinalMetrics(uid, at(35, end))),
+    ]
+    assert asr.calls == [(True, onset, end)]  # whisper ran once: the final reused it
+
+
+# speech, a 6-window pause (shorter than min_silence), speech again, then a long silence
+PAUSE = [0.0] * 4 + [0.9] * 20 + [0.0] * 6 + [0.9] * 10 + [0.0] * 30
+PAUSE_CONFIG = VadConfig(min_speech_ms=150, min_silence_ms=400, speech_pad_ms=64, start_pad_ms=0)
+ONSET, PAUSE_END, REAL_END = 4 * WINDOW, 24 * WINDOW + 1024, 40 * WINDOW + 1024
+
+
+def test_speculation_for_a_pause_is_dropped_when_speech_resumes():
+    listener, asr = make(PAUSE, PAUSE_CONFIG, speculative_final=True, partial_interval_s=0.0)
+    events = feed(listener, range(len(PAUSE)))
+    texts = [
+        (k, e.text, e.is_final, e.audio_end_ns) for k, e in events if isinstance(e, TranscriptEvent)
+    ]
+    assert texts == [
+        (25, text(ONSET, PAUSE_END), False, at(25, PAUSE_END)),  # the pause looked like an end
+        (41, text(ONSET, REAL_END), False, at(41, REAL_END)),  # the real end
+        (52, text(ONSET, REAL_END), True, at(41, REAL_END)),  # the speculation's span
+    ]
+    assert asr.calls == [(True, ONSET, PAUSE_END), (True, ONSET, REAL_END)]
+    stop = [e for _, e in events if isinstance(e, VoiceActivityEvent) and not e.speaking]
+    assert [e.stamp_ns for e in stop] == [at(52, REAL_END)]
+
+
+def test_stale_speculation_is_never_transcribed_nor_published_by_a_busy_transcriber():
+    runner, seen = ManualRunner(), []
+    listener, asr = make(
+        PAUSE,
+        PAUSE_CONFIG,
+        speculative_final=True,
+        partial_interval_s=0.0,
+        runner=runner,
+        emit=seen.append,
+    )
+    feed(listener, range(len(PAUSE)))
+    assert len(runner.jobs) == 3 and asr.calls == []  # pause, real end, final: all queued
+    runner.run_all()
+    assert asr.calls == [(True, ONSET, REAL_END)]  # the stale one skipped; the final reused
+    uid = seen[0].utterance_id
+    assert seen == [
+        VoiceActivityEvent(uid, True, False, at(8, ONSET)),
+        VoiceActivityEvent(uid, False, False, at(52, REAL_END)),
+        # the speculative result came after the end: published once, as the final
+        TranscriptEvent(
+            uid, text(ONSET, REAL_END), True, 0.75, "en", at(41, ONSET), at(41, REAL_END)
+        ),
+        FinalMetrics(uid, at(41, REAL_END)),
+    ]
+
+
+def test_echo_gate_ignores_the_mic_while_the_robot_speaks_and_for_the_tail():
+    # two utterances: windows 4-33 (robot speaking) and 64-93 (robot quiet for 0.29 s, then more)
+    probs = [0.0] * 4 + [0.9] * 30 + [0.0] * 30 + [0.9] * 30 + [0.0] * 30
+    config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=0, start_pad_ms=0)
+    now = [100.0]
+    listener, asr = make(
+        probs,
+        config,
+        echo_mode="gate",
+        echo_tail_ms=300,
+        partial_interval_s=0.0,
+        clock=lambda: now[0],
+    )
+    listener.robot_speaking(True)
+    assert feed(listener, range(64)) == [] and asr.calls == []
+    assert listener.vad.offset == 64 * WINDOW  # skipped, the stream position kept
+    listener.robot_speaking(False)
+    now[0] = 100.29
+    assert feed(listener, range(64, 70)) == []  # within the 300 ms tail
+    now[0] = 100.31
+    events = feed(listener, range(70, len(probs)))
+    uid = events[0][1].utterance_id
+    # heard from block 70 only: the VAD's onset is there, not at the speech's true start (64)
+    assert [(k, e) for k, e in events if isinstance(e, VoiceActivityEvent)] == [
+        (74, VoiceActivityEvent(uid, True, False, at(74, 70 * WINDOW))),
+        (103, VoiceActivityEvent(uid, False, False, at(103, 94 * WINDOW))),
+    ]
+    assert asr.calls == [(True, 70 * WINDOW, 94 * WINDOW)]
+
+    # the robot starts speaking in the middle of an utterance: it is closed and dropped
+    listener, asr = make(probs, config, echo_mode="gate", partial_interval_s=0.0)
+    events = feed(listener, range(12))
+    listener.robot_speaking(True)
+    events += feed(listener, range(12, len(probs)))
+    uid = events[0][1].utterance_id
+    assert events == [
+        (8, VoiceActivityEvent(uid, True, False, at(8, 4 * WINDOW))),
+        (12, VoiceActivityEvent(uid, False, False, at(12, 12 * WINDOW))),
+    ]
+    assert asr.calls == []
+
+
+def test_echo_gate_drops_a_pending_speculation_with_its_utterance():
+    runner, seen = ManualRunner(), []
+    listener, asr = make(
+        PAUSE,
+        PAUSE_CONFIG,
+        echo_mode="gate",
+        partial_interval_s=0.0,
+        runner=runner,
+        emit=seen.append,
+    )
+    feed(listener, range(26))  # the pause's speculation is queued (block 25)
+    listener.robot_speaking(True)
+    feed(listener, range(26, len(PAUSE)))
+    runner.run_all()
+    uid = seen[0].utterance_id
+    assert seen == [
+        VoiceActivityEvent(uid, True, False, at(8, ONSET)),
+        VoiceActivityEvent(uid, False, False, at(26, 26 * WINDOW)),
+    ]  # no partial after the utterance was closed
+    assert asr.calls == []
+
+
+def test_barge_in_needs_louder_longer_speech_and_flags_it():
+    probs = (
+        [0.7] * 20  # 0-19: speech-like but below the barge-in threshold
+        + [0.0] * 5
+        + [0.9] * 6  # 25-30: loud but shorter than 300 ms
+        + [0.0] * 10
+        + [0.9] * 15  # 41-55: a barge-in
+        + [0.0] * 30
+        + [0.7] * 15  # 86-100: after the robot stopped, 0.7 is speech again
+        + [0.0] * 30
+    )
+    config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=0, start_pad_ms=0)
+    listener, asr = make(
+        probs,
+        config,
+        echo_mode="barge_in",
+        barge_in_threshold=0.8,
+        barge_in_min_ms=300,
+        partial_interval_s=0.0,
+        speculative_final=False,
+    )
+    listener.robot_speaking(True)
+    events = feed(listener, range(86))
+    listener.robot_speaking(False)
+    events += feed(listener, range(86, len(probs)))
+    va = [
+        (k, e.speaking, e.barge_in, e.stamp_ns)
+        for k, e in events
+        if isinstance(e, VoiceActivityEvent)
+    ]
+    assert va == [
+        (50, True, True, at(50, 41 * WINDOW)),  # 10 windows (320 ms) of speech over 0.8
+        (65, False, True, at(65, 56 * WINDOW)),
+        (90, True, False, at(90, 86 * WINDOW)),  # the normal 0.5 / 150 ms again
+        (110, False, False, at(110, 101 * WINDOW)),
+    ]
+    finals = [e for _, e in events if isinstance(e, TranscriptEvent) and e.is_final]
+    assert [e.text for e in finals] == [
+        text(41 * WINDOW, 56 * WINDOW),
+        text(86 * WINDOW, 101 * WINDOW),
+    ]  # the barge-in is transcribed too
+    assert asr.calls == [(True, 41 * WINDOW, 56 * WINDOW), (True, 86 * WINDOW, 101 * WINDOW)]
+
+    # echo_mode off: the robot's speaking changes nothing
+    listener, _ = make(probs, config, echo_mode="off", partial_interval_s=0.0)
+    listener.robot_speaking(True)
+    starts = [
+        (k, e.barge_in)
+        for k, e in feed(listener, range(len(probs)))
+        if isinstance(e, VoiceActivityEvent) and e.speaking
+    ]
+    assert starts == [(4, False), (45, False), (90, False)]  # 0-30 is one utterance
+
+
+def test_a_transcription_error_is_an_event_and_the_listener_keeps_working():
+    probs = ([0.0] * 4 + [0.9] * 20 + [0.0] * 16) * 3
+    config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=0, start_pad_ms=0)
+    asr = FakeAsr([RuntimeError("CUDA out of memory"), None])  # fails, then hears nothing
+    listener, _ = make(probs, config, asr, speculative_final=False, partial_interval_s=0.0)
+    events = [e for _, e in feed(listener, range(len(probs)))]
+    uids = [e.utterance_id for e in events if isinstance(e, VoiceActivityEvent) and e.speaking]
+    assert len(set(uids)) == 3
+    after_stops = [e for e in events if not isinstance(e, VoiceActivityEvent)]
+    third = 80 * WINDOW + 4 * WINDOW
+    assert after_stops == [
+        TranscriptionFailed(uids[0], "final", "RuntimeError('CUDA out of memory')"),
+        NoSpeech(uids[1]),
+        TranscriptEvent(
+            uids[2],
+            text(third, third + 20 * WINDOW),
+            True,
+            0.75,
+            "en",
+            at(113, third),
+            at(113, third + 20 * WINDOW),
+        ),
+        FinalMetrics(uids[2], at(113, third + 20 * WINDOW)),
+    ]
+
+    # a failed speculative final: reported, and the final is transcribed again
+    asr = FakeAsr([ValueError("bad audio")])
+    listener, _ = make(probs[:40], config, asr, speculative_final=True, partial_interval_s=0.0)
+    events = [e for _, e in feed(listener, range(40))]
+    uid = events[0].utterance_id
+    assert [type(e) for e in events] == [
+        VoiceActivityEvent,
+        TranscriptionFailed,
+        VoiceActivityEvent,
+        TranscriptEvent,
+        FinalMetrics,
+    ]
+    assert events[1] == TranscriptionFailed(uid, "speculative", "ValueError('bad audio')")
+    assert events[3].is_final and events[3].text == text(4 * WINDOW, 24 * WINDOW)
+    assert asr.calls == [(True, 4 * WINDOW, 24 * WINDOW)] * 2
+
+
+def test_settings_reject_an_unknown_echo_mode_and_update_at_run_time():
+    with pytest.raises(ValueError, match="echo_mode"):
+        ListenerSettings(echo_mode="loud")
+    probs = [0.0] * 4 + [0.9] * 60 + [0.0] * 20
+    config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=0, start_pad_ms=0)
+    listener, _ = make(probs, config, speculative_final=False, partial_interval_s=0.0)
+    feed(listener, range(30))
+    listener.update_settings(ListenerSettings(speculative_final=False, partial_interval_s=0.5))
+    events = feed(listener, range(30, len(probs)))
+    partial_ends = [k for k, e in events if isinstance(e, TranscriptEvent) and not e.is_final]
+    # none before the update; at once after it (more than 0.5 s since the start), then every 0.5 s
+    assert partial_ends == [30, 46, 62]
+
+
+@pytest.mark.slow
+def test_real_speech_with_silero_gives_one_final_per_utterance_at_its_boundaries(speech_wav):  # noqa: F811
+    class Recorder:
+        def __init__(self) -> None:
+            self.calls: list[tuple[bool, int]] = []
+
+        def transcribe(self, audio: np.ndarray, final: bool = True) -> AsrResult:
+            self.calls.append((final, len(audio)))
+            return AsrResult(f"{'final' if final else 'partial'} {len(audio)}", 0.9, "en", 0.0)
+
+    asr = Recorder()
+    listener = Listener(asr, ListenerSettings(partial_interval_s=0.8), VadSegmenter(VadConfig()))
+    audio, events = speech_wav.audio, []
+    for i in range(0, len(audio), 1600):  # 100 ms blocks, stamped by sample count
+        events += listener.push(audio[i : i + 1600], BASE + i * NS_PER_SAMPLE)
+    starts = [e for e in events if isinstance(e, VoiceActivityEvent) and e.speaking]
+    stops = [e for e in events if isinstance(e, VoiceActivityEvent) and not e.speaking]
+    finals = [e for e in events if isinstance(e, TranscriptEvent) and e.is_final]
+    metrics = [e for e in events if isinstance(e, FinalMetrics)]
+    assert len(starts) == len(stops) == len(finals) == len(metrics) == len(speech_wav.truth)
+    for start, stop, final, m, (first, last) in zip(
+        starts, stops, finals, metrics, speech_wav.truth, strict=True
+    ):
+        uid = start.utterance_id
+        assert stop.utterance_id == final.utterance_id == m.utterance_id == uid
+        assert abs(start.stamp_ns - (BASE + first * NS_PER_SAMPLE)) <= 0.2e9
+        assert abs(stop.stamp_ns - (BASE + last * NS_PER_SAMPLE)) <= 0.2e9
+        assert final.audio_start_ns == start.stamp_ns and final.audio_end_ns == stop.stamp_ns
+        assert m.speech_end_ns == stop.stamp_ns
+        mine = [e for e in events if getattr(e, "utterance_id", "") == uid]
+        partials = [e for e in mine if isinstance(e, TranscriptEvent) and not e.is_final]
+        assert len(partials) >= 2  # a sentence of 2 s or more: 0.8 s partials and the speculation
+        assert mine.index(partials[-1]) < mine.index(stop) < mine.index(final)
+        # the speculative final, over exactly the final's span, was published before the end
+        spans = [(e.text, e.audio_end_ns) for e in partials]
+        assert (final.text, final.audio_end_ns) in spans
+    # every whole-utterance transcription was a speculation published at once (a pause inside a
+    # sentence may have given one more); none was repeated for a final
+    speculative = [
+        e for e in events if isinstance(e, TranscriptEvent) and not e.is_final and "final" in e.text
+    ]
+    assert sum(1 for final, _ in asr.calls if final) == len(speculative) >= len(finals)

@@ -1,0 +1,329 @@
+"""The TTS stage's turn and stop bookkeeping (core.speech.speaker), driven synchronously: a fake
+synthesiser, a fake sink whose progress the test sets, no threads, no ROS."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bolt_agent.core.speech.playback import StopReport
+from bolt_agent.core.speech.speaker import (
+    MAX_TURNS,
+    NO_OUTPUT,
+    NOT_ACTIVE,
+    Dropped,
+    Failed,
+    FirstAudio,
+    Speaker,
+    SpeechState,
+    StopInfo,
+    Stopped,
+)
+
+SAMPLES_PER_WORD = 1000
+
+
+class FakeSynth:
+    """SAMPLES_PER_WORD samples per word; raises for the sentences in ``fail``."""
+
+    def __init__(self, fail: tuple[str, ...] = ()) -> None:
+        self.texts: list[str] = []
+        self.fail = fail
+        self.during = None  # called while synthesising (a concurrent stop)
+
+    def __call__(self, text: str) -> np.ndarray:
+        self.texts.append(text)
+        if self.during is not None:
+            self.during(text)
+        if text in self.fail:
+            raise RuntimeError("boom")
+        return np.full(SAMPLES_PER_WORD * len(text.split()), 7, dtype=np.int16)
+
+
+class FakeSink:
+    """Records writes; the test says how far each segment has played."""
+
+    def __init__(self, is_open: bool = True) -> None:
+        self.is_open = is_open
+        self.writes: list = []  # tags (Sentence jobs) in write order
+        self.audio: list[np.ndarray] = []
+        self.progresses: dict = {}
+        self.forgotten: list = []
+        self.stops = 0
+
+    def write(self, tag, audio) -> None:
+        self.writes.append(tag)
+        self.audio.append(audio)
+        self.progresses[tag] = (0, len(audio))
+
+    def progress(self, tag) -> tuple[int, int]:
+        return self.progresses.get(tag, (0, 0))
+
+    def forget(self, tag) -> None:
+        self.forgotten.append(tag)
+        self.progresses.pop(tag, None)
+
+    def stop(self) -> StopReport:
+        self.stops += 1
+        return StopReport(stop_s=0.002, last_audio_s=0.001, dropped_tags=1)
+
+    # --- the test's side: the device clock --------------------------------------------------
+    def play_words(self, tag, words: float) -> None:
+        self.progresses[tag] = (int(words * SAMPLES_PER_WORD), self.progresses[tag][1])
+
+    def finish(self, tag):
+        """The segment played to its end: what ``on_done`` reports."""
+        total = self.progresses[tag][1]
+        self.progresses[tag] = (total, total)
+        return tag
+
+
+def make(is_open: bool = True, fail: tuple[str, ...] = (), start: bool = True):
+    events: list = []
+    synth, sink = FakeSynth(fail), FakeSink(is_open)
+    speaker = Speaker(synth, emit=events.append)
+    if start:
+        speaker.start(sink)
+    return speaker, synth, sink, events
+
+
+def of_type(events: list, cls: type) -> list:
+    return [e for e in events if isinstance(e, cls)]
+
+
+def test_a_turn_is_synthesised_in_order_and_its_state_follows_playback():
+    speaker, synth, sink, events = make()
+    assert events == [SpeechState()]  # start reports the idle state
+    turn = speaker.say("t1", "Hello there. How are you today?", False)
+    assert speaker.say("t1", "Fine thanks.", True) is turn  # same open turn
+    assert turn.outstanding == 3 and events == [SpeechState()]
+
+    assert [speaker.synthesize_next() for _ in range(4)] == [True, True, True, False]
+    assert synth.texts == ["Hello there.", "How are you today?", "Fine thanks."]
+    assert [s.text for s in sink.writes] == synth.texts
+    assert [len(a) for a in sink.audio] == [2000, 4000, 2000]
+    assert all(s.turn is turn and s.gen == 0 for s in sink.writes)
+    assert events[1:] == [FirstAudio("t1"), SpeechState("t1", True, "", False)]
+
+    first, second, third = sink.writes
+    del events[:]
+    assert speaker.played(sink.finish(first)) is False
+    assert turn.spoken == ["Hello there."]
+    assert speaker.played(sink.finish(second)) is False
+    assert not turn.done.is_set()
+    assert speaker.played(sink.finish(third)) is True  # the turn is over: release memory
+    assert events == [
+        SpeechState("t1", True, "Hello there.", False),
+        SpeechState("t1", True, "Hello there. How are you today?", False),
+        SpeechState("t1", False, "Hello there. How are you today? Fine thanks.", False),
+    ]
+    assert turn.done.is_set() and not turn.interrupted and turn.outstanding == 0
+    assert sink.forgotten == [first, second, third] and sink.stops == 0
+    assert speaker.played(third) is False  # a repeated report changes nothing
+    assert turn.spoken_text == "Hello there. How are you today? Fine thanks."
+
+
+def test_a_turn_not_yet_complete_is_not_finished_when_its_sentences_have_played():
+    speaker, _, sink, events = make()
+    turn = speaker.say("t1", "Part one.", False)
+    speaker.synthesize_next()
+    assert speaker.played(sink.finish(sink.writes[0])) is False  # more may come
+    assert events[-1] == SpeechState("t1", False, "Part one.", False)
+    assert not turn.done.is_set()
+    assert speaker.say("t1", "Part two.", True) is turn
+    speaker.synthesize_next()
+    assert speaker.played(sink.finish(sink.writes[1])) is True
+    assert turn.done.is_set() and turn.spoken == ["Part one.", "Part two."]
+
+
+def test_a_stop_mid_sentence_reports_whole_sentences_then_the_cut_prefix():
+    speaker, synth, sink, events = make()
+    text = "One two three. Four five six seven eight. Nine ten."
+    turn = speaker.say("t1", text, True)
+    speaker.synthesize_next()
+    speaker.synthesize_next()  # "Nine ten." stays queued
+    first, second = sink.writes
+    sink.finish(first)  # played to its end, its on_done not handled yet
+    sink.play_words(second, 2.5)  # "Four five" heard, "six" half way
+    del events[:]
+
+    info = speaker.stop("", reason="barge-in")
+
+    assert info == StopInfo("t1", "barge-in", "One two three. Four five", 2.0, 1.0)
+    assert info.as_dict() == {
+        "turn_id": "t1",
+        "reason": "barge-in",
+        "spoken": "One two three. Four five",
+        "stop_ms": 2.0,
+        "last_audio_ms": 1.0,
+    }
+    assert events == [
+        SpeechState("t1", False, "One two three. Four five", True),
+        Stopped(info),
+    ]
+    assert turn.interrupted and turn.done.is_set() and turn.outstanding == 0
+    assert sink.stops == 1 and sink.forgotten == [first, second]
+    assert speaker.generation == 1
+    assert speaker.synthesize_next() is False  # the queued sentence was dropped
+    assert synth.texts == ["One two three.", "Four five six seven eight."]
+    assert speaker.played(first) is False  # the late on_done of a stopped sentence
+    assert turn.spoken == ["One two three.", "Four five"]
+    assert speaker.stop("") is None  # nothing left to stop
+    assert sink.stops == 1
+
+
+def test_a_stop_before_any_word_reports_nothing_spoken_and_no_output_timing():
+    speaker, _, sink, events = make()
+    speaker.say("t1", "Hello there.", True)
+    speaker.synthesize_next()
+    sink.is_open = False  # the device went away: no stop report from it
+    info = speaker.stop("t1")
+    assert info == StopInfo("t1", "stop request", "", None, None)
+    assert info.as_dict() == {"turn_id": "t1", "reason": "stop request", "spoken": ""}
+    assert sink.stops == 0 and events[-2] == SpeechState("t1", False, "", True)
+
+
+def test_sentences_queued_before_a_stop_are_never_synthesised():
+    speaker, synth, sink, _ = make()
+    old = speaker.say("t1", "First one. Second one. Third one.", True)
+    speaker.synthesize_next()
+    speaker.stop("")
+    new = speaker.say("t2", "New words.", True)
+    while speaker.synthesize_next():
+        pass
+    assert synth.texts == ["First one.", "New words."]
+    assert [(s.turn.turn_id, s.text, s.gen) for s in sink.writes] == [
+        ("t1", "First one.", 0),
+        ("t2", "New words.", 1),
+    ]
+    assert old.interrupted and not new.interrupted and new.outstanding == 1
+
+
+def test_a_sentence_being_synthesised_during_a_stop_is_not_played():
+    speaker, synth, sink, events = make()
+    turn = speaker.say("t1", "First one. Second one.", True)
+    speaker.synthesize_next()
+    synth.during = lambda text: speaker.stop("") if text == "Second one." else None
+    assert speaker.synthesize_next() is True
+    assert synth.texts == ["First one.", "Second one."]
+    assert [s.text for s in sink.writes] == ["First one."]  # the stale audio went nowhere
+    assert turn.interrupted and turn.outstanding == 0
+    assert len(of_type(events, Stopped)) == 1 and of_type(events, Failed) == []
+
+
+def test_stopping_a_turn_id_that_is_not_current():
+    speaker, _, sink, events = make()
+    t1 = speaker.say("t1", "Playing now.", True)
+    speaker.synthesize_next()
+    n = len(events)
+
+    assert speaker.stop("unknown") is None  # not current, not known: nothing happens
+    assert events[n:] == [] and sink.stops == 0 and speaker.generation == 0
+    assert not t1.interrupted and t1.outstanding == 1
+
+    t2 = speaker.say("t2", "Waiting here.", True)  # queued behind t1, not playing yet
+    info = speaker.stop("t2", reason="action cancelled")
+    assert info is not None and info.turn_id == "t2" and info.spoken == ""
+    assert t2.interrupted and t2.done.is_set()
+    assert t1.interrupted and t1.done.is_set()  # what was queued and playing stops with it
+    assert of_type(events[n:], SpeechState) == [SpeechState("t2", False, "", True)]
+    assert speaker.synthesize_next() is False
+
+    speaker.say("t3", "Another turn.", True)
+    speaker.synthesize_next()
+    speaker.played(sink.finish(sink.writes[-1]))
+    speaker.say("t4", "Still going.", True)
+    speaker.synthesize_next()
+    assert speaker.stop("t3") is None  # finished and no longer current
+    assert speaker.stop("t1") is None  # stopped already
+    assert speaker.turn("t4").outstanding == 1 and not speaker.turn("t4").interrupted
+
+
+def test_interrupting_say_stops_the_current_turn_then_speaks():
+    speaker, synth, sink, events = make()
+    t1 = speaker.say("t1", "A long sentence here. And more.", True)
+    speaker.synthesize_next()
+    sink.play_words(sink.writes[0], 2)
+    teleop = speaker.say("teleop-1", "Stop right there.", True, interrupt=True)
+    assert t1.interrupted and t1.spoken == ["A long"]
+    assert [e.info.reason for e in of_type(events, Stopped)] == ["stop request"]
+    while speaker.synthesize_next():
+        pass
+    assert synth.texts == ["A long sentence here.", "Stop right there."]
+    assert sink.writes[-1].turn is teleop and sink.writes[-1].gen == 1
+    assert events[-2:] == [FirstAudio("teleop-1"), SpeechState("teleop-1", True, "", False)]
+
+
+def test_a_failed_sentence_is_reported_and_the_turn_still_finishes():
+    speaker, synth, sink, events = make(fail=("Bad one.",))
+    turn = speaker.say("t1", "Good one. Bad one.", True)
+    speaker.synthesize_next()
+    assert speaker.played(sink.finish(sink.writes[0])) is False
+    assert events[-1] == SpeechState("t1", True, "Good one.", False)
+    assert speaker.synthesize_next() is True
+    assert synth.texts == ["Good one.", "Bad one."]
+    assert events[-2:] == [
+        Failed("t1", "Bad one.", "RuntimeError('boom')"),
+        SpeechState("t1", False, "Good one.", False),
+    ]
+    assert len(sink.writes) == 1
+    assert turn.done.is_set() and not turn.interrupted and turn.spoken == ["Good one."]
+    speaker.say("t2", "Next turn.", True)  # the synthesis loop goes on
+    assert speaker.synthesize_next() is True and sink.writes[-1].text == "Next turn."
+
+
+def test_saying_while_not_active_is_refused():
+    speaker, synth, sink, events = make(start=False)
+    turn = speaker.say("t1", "Hello there.", True)
+    assert turn.interrupted and turn.done.is_set() and turn.outstanding == 0
+    assert events == [Dropped("t1", "Hello there.", NOT_ACTIVE)]
+    assert speaker.synthesize_next() is False and synth.texts == [] and sink.writes == []
+
+    speaker.start(sink)
+    speaker.say("t2", "Playing now.", True)
+    speaker.synthesize_next()
+    del events[:]
+    speaker.shutdown()
+    assert not speaker.active
+    assert of_type(events, Stopped)[0].info.turn_id == "t2"
+    assert speaker.synthesize_next(timeout=None) is False  # the synthesis thread ends
+    later = speaker.say("t3", "Too late.", True)
+    assert later.interrupted and events[-1] == Dropped("t3", "Too late.", NOT_ACTIVE)
+
+
+def test_sentences_without_an_open_output_are_dropped_and_the_turn_finishes():
+    speaker, synth, sink, events = make(is_open=False)
+    turn = speaker.say("t1", "Nobody hears this.", True)
+    assert speaker.synthesize_next() is True
+    assert synth.texts == ["Nobody hears this."] and sink.writes == []
+    assert events[-2:] == [
+        Dropped("t1", "Nobody hears this.", NO_OUTPUT),
+        SpeechState("t1", False, "", False),
+    ]
+    assert turn.done.is_set() and not turn.interrupted
+    assert of_type(events, FirstAudio) == []
+
+
+def test_first_audio_is_reported_once_per_turn():
+    speaker, _, sink, events = make()
+    speaker.say("t1", "One. Two.", True)
+    speaker.say("t2", "Three. Four.", True)
+    while speaker.synthesize_next():
+        pass
+    for tag in list(sink.writes):
+        speaker.played(sink.finish(tag))
+    assert speaker.turn("t1").done.is_set()
+    speaker.say("t1", "Again.", True)  # t1 was done: a new turn under the same id
+    speaker.synthesize_next()
+    assert of_type(events, FirstAudio) == [FirstAudio("t1"), FirstAudio("t2"), FirstAudio("t1")]
+
+
+@pytest.mark.parametrize("extra", [1, 3])
+def test_only_the_latest_turns_are_kept(extra):
+    speaker, _, _, _ = make()
+    for i in range(MAX_TURNS + extra):
+        speaker.say(f"t{i}", "Hi.", False)
+    assert MAX_TURNS == 64
+    assert [speaker.turn(f"t{i}") for i in range(extra)] == [None] * extra
+    assert speaker.turn(f"t{extra}") is not None
+    assert speaker.turn(f"t{MAX_TURNS + extra - 1}").outstanding == 1
