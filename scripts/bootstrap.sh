@@ -36,14 +36,35 @@ if [[ ! -x "$VENV/bin/python" ]]; then
   "$VENV/bin/pip" install -q --upgrade pip 2> >(grep -v "is ignored: it is neither" >&2)
 fi
 
-# 3. Locked requirements. llama-cpp-python compiles from source (~6 min on 2 cores; pip caches the
-#    wheel). CPU: GGML_NATIVE uses every instruction set of this machine. Jetson (CUDA, sm_87):
-#    CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=87" (see docker/Dockerfile.jetson).
-req_hash="$(hash_of requirements/requirements.lock)"
+# 3. Locked requirements. llama-cpp-python compiles from source (~6 min on 2 cores). CPU:
+#    GGML_NATIVE uses every instruction set of this machine, except AMX on x86: ggml's AMX kernels
+#    fault (SIGSEGV at ldtilecfg) where the kernel or hypervisor does not grant the tile state,
+#    as on this project's VMs, and a 2-core decode gains nothing from them. Jetson (CUDA, sm_87):
+#    BOLT_LLAMA_CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=87" (docker/Dockerfile.jetson).
+#    A native build only fits the CPU it was made on, and pip's own wheel cache keys on the sdist
+#    alone: the wheel is kept under a key of version + CMake arguments + CPU flags instead.
+llama_args="-DGGML_NATIVE=ON -DLLAMA_CURL=OFF"
+if [[ "$(uname -m)" == x86_64 ]]; then
+  llama_args+=" -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'"
+  llama_args+=" -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'"
+fi
+llama_args="${BOLT_LLAMA_CMAKE_ARGS:-$llama_args}"
+llama_pin="$(grep -i '^llama[-_]cpp[-_]python==' requirements/requirements.lock)"
+cpu_flags="$(grep -m1 -E '^(flags|Features)' /proc/cpuinfo || true)"
+llama_key="$(printf '%s\n' "$llama_pin" "$llama_args" "$cpu_flags" | sha256sum | cut -c1-16)"
+llama_wheels="${BOLT_WHEEL_CACHE:-$HOME/.cache/bolt_agent/wheels}/llama-$llama_key"
+req_hash="$(hash_of requirements/requirements.lock <(printf '%s' "$llama_key"))"
 if ! stamp_ok requirements "$req_hash"; then
-  log "installing requirements.lock (first run compiles llama-cpp-python: several minutes)"
-  CMAKE_ARGS="${BOLT_LLAMA_CMAKE_ARGS:--DGGML_NATIVE=ON -DLLAMA_CURL=OFF}" \
-    "$VENV/bin/pip" install -q -r requirements/requirements.lock 2> >(grep -v "is ignored: it is neither" >&2)
+  if ! compgen -G "$llama_wheels/*.whl" >/dev/null; then
+    log "building $llama_pin for this CPU (several minutes, once per machine)"
+    CMAKE_ARGS="$llama_args" "$VENV/bin/pip" wheel -q --no-deps --no-cache-dir \
+      -w "$llama_wheels" "$llama_pin" 2> >(grep -v "is ignored: it is neither" >&2)
+  fi
+  log "installing requirements.lock"
+  "$VENV/bin/pip" install -q --no-deps --force-reinstall --no-index --find-links "$llama_wheels" \
+    "$llama_pin" 2> >(grep -v "is ignored: it is neither" >&2)
+  "$VENV/bin/pip" install -q -r requirements/requirements.lock \
+    2> >(grep -v "is ignored: it is neither" >&2)
   stamp_set requirements "$req_hash"
 fi
 
@@ -66,18 +87,46 @@ if ! stamp_ok interfaces "$if_hash"; then
   stamp_set interfaces "$if_hash"
 fi
 
-# 5. The bolt_agent package itself (editable) and its ament index entries.
-pkg_hash="$(hash_of setup.py setup.cfg package.xml)"
+# 5. The bolt_agent package itself (editable), laid out as ament expects it so `ros2 launch` and
+#    `ros2 run` find it: share/bolt_agent holds real folders (launch's file search does not follow
+#    a symlinked folder) of links to the checkout's files, lib/bolt_agent links the console scripts
+#    (launch_ros and `ros2 run` look for executables there, pip puts them in bin/).
+pkg_hash="$(hash_of setup.py setup.cfg package.xml <(ls launch config config/*/))"
 if ! stamp_ok package "$pkg_hash"; then
   log "installing bolt_agent (editable)"
   mkdir -p "$ROOT/build"
   "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e . >"$ROOT/build/pip-editable.log" 2>&1 \
     || { cat "$ROOT/build/pip-editable.log"; exit 1; }
-  mkdir -p "$VENV/share/ament_index/resource_index/packages" "$VENV/share/bolt_agent"
+  share="$VENV/share/bolt_agent"
+  mkdir -p "$VENV/share/ament_index/resource_index/packages"
   cp resource/bolt_agent "$VENV/share/ament_index/resource_index/packages/bolt_agent"
-  ln -sfn "$ROOT/package.xml" "$VENV/share/bolt_agent/package.xml"
-  for d in config launch; do ln -sfn "$ROOT/$d" "$VENV/share/bolt_agent/$d"; done
+  rm -rf "$share"; mkdir -p "$share"
+  ln -sfn "$ROOT/package.xml" "$share/package.xml"
+  while IFS= read -r -d '' f; do
+    mkdir -p "$share/$(dirname "$f")"; ln -sfn "$ROOT/$f" "$share/$f"
+  done < <(find launch config -type f -print0)
+  rm -rf "$VENV/lib/bolt_agent"; mkdir -p "$VENV/lib/bolt_agent"
+  for exe in $("$VENV/bin/python" - <<'PY'
+from importlib.metadata import distribution
+print(" ".join(e.name for e in distribution("bolt_agent").entry_points if e.group == "console_scripts"))
+PY
+  ); do ln -sfn "$VENV/bin/$exe" "$VENV/lib/bolt_agent/$exe"; done
   stamp_set package "$pkg_hash"
+fi
+
+# 5b. The real ROS 2 command-line tools and launch system (`ros2 topic/param/lifecycle/action`,
+#     `ros2 launch`) from ../shared/ros2-cli (upstream sources, installed offline) when that folder
+#     exists; on a ROS machine the system's own tools are used instead.
+R2CLI="$ROOT/../shared/ros2-cli"
+if [[ -f "$R2CLI/install.sh" ]]; then
+  r2_hash="$(hash_of "$R2CLI/install.sh" "$R2CLI/README.md")"
+  if ! stamp_ok ros2cli "$r2_hash" || [[ ! -x "$VENV/bin/ros2" ]]; then
+    log "installing the ros2 CLI and launch from ../shared/ros2-cli (~40 s)"
+    ( export VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH" AMENT_PREFIX_PATH="$VENV"
+      bash "$R2CLI/install.sh" ) >"$ROOT/build/ros2-cli.log" 2>&1 \
+      || { tail -40 "$ROOT/build/ros2-cli.log"; log "ros2-cli install failed (build/ros2-cli.log)"; exit 1; }
+    stamp_set ros2cli "$r2_hash"
+  fi
 fi
 
 # 6. Environment hook: DDS stays on this machine. Sourced by .venv/bin/activate and by every
