@@ -22,6 +22,8 @@ setup(
         (f"share/{PACKAGE}/config/dds", glob("config/dds/*.xml")),
     ],
     install_requires=["setuptools"],
+    # `colcon test` runs pytest only when the package declares it as a test dependency
+    extras_require={"test": ["pytest", "pytest-timeout"]},
     zip_safe=False,
     maintainer="bolt_agent maintainers",
     maintainer_email="maintainers@bolt-agent.dev",

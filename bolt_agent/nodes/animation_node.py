@@ -18,6 +18,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from rclpy._rclpy_pybind11 import RCLError
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
@@ -56,21 +57,34 @@ class _Goal:
 
 @dataclass(frozen=True)
 class AnimationParams:
-    animations_file: str = param("", "animation library YAML ('' = config/animations.yaml)")
-    rate_hz: float = param(50.0, "control rate of robot/joint_commands (50-100 Hz)", low=1.0)
+    animations_file: str = param(
+        "", "animation library YAML ('' = config/animations.yaml)", load_time=True
+    )
+    rate_hz: float = param(
+        50.0, "control rate of robot/joint_commands (50-100 Hz)", low=1.0, load_time=True
+    )
     policy: str = param(
         "preempt",
         "what a new goal does to a running one",
         choices=("preempt", "queue", "reject"),
+        load_time=True,
     )
     backend: str = param(
-        "sim", "robot backend: sim (echoes robot/joint_states) | reachy_mini (SDK hook)"
+        "sim",
+        "robot backend: sim (echoes robot/joint_states) | reachy_mini (SDK hook)",
+        load_time=True,
     )
     idle_animation: str = param(
-        "breathing", "looped while nothing else plays ('' = off; off during override)"
+        "breathing",
+        "looped while nothing else plays ('' = off; off during override)",
+        load_time=True,
     )
-    idle_after_s: float = param(3.0, "quiet time before the idle animation starts", low=0.0)
-    feedback_rate_hz: float = param(10.0, "action feedback (progress) rate", low=0.1)
+    idle_after_s: float = param(
+        3.0, "quiet time before the idle animation starts", low=0.0, load_time=True
+    )
+    feedback_rate_hz: float = param(
+        10.0, "action feedback (progress) rate", low=0.1, load_time=True
+    )
 
 
 class AnimationNode(BoltNode):
@@ -146,6 +160,7 @@ class AnimationNode(BoltNode):
                 if not self.context.ok():
                     return
                 self.get_logger().error(f"control step failed: {exc!r}", throttle_duration_sec=1.0)
+                self.record_failure("control_step", f"control step failed: {exc!r}", log=False)
             next_t += self._period
             delay = next_t - time.monotonic()
             if delay < -self._period:  # overran by more than a period: resync, do not burst
@@ -279,6 +294,19 @@ class AnimationNode(BoltNode):
 
     def _event(self, event: str, **fields) -> None:
         self.events_pub.publish(String(data=json.dumps({"event": event, **fields})))
+
+    def diagnostic_values(self) -> dict[str, Any]:
+        p, active = self.params, self.controller.active
+        with self._goals_lock:
+            goals = len(self._goals)
+        return {
+            "device": f"robot backend {p.backend}",
+            "animations": len(self.controller.lib.animations),
+            "playing": f"{active[1]} ({active[2]})" if active else "",
+            "override": self.controller.override,
+            "queue_depth": goals,
+            "control_loop_alive": self._thread.is_alive(),
+        }
 
     def destroy_node(self) -> None:
         self._stop.set()

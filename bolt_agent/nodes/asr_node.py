@@ -8,6 +8,9 @@ at speech start/stop without ever waiting for whisper; a one-thread executor run
 as soon as a silence begins and published when the VAD confirms the end, so whisper's time hides
 behind the `min_silence_ms` wait). `tts/state` tells the listener when the robot speaks
 (`echo_mode: gate` ignores the mic; `barge_in` needs louder, longer speech and flags it).
+`audio/input` is subscribed best effort (sensor-data QoS): a microphone driver's best-effort
+stream and our reliable publishers both match. Failed transcriptions and unreadable audio blocks
+are logged and counted in `/diagnostics`; they never end the node.
 """
 
 from __future__ import annotations
@@ -242,14 +245,14 @@ class AsrNode(BoltLifecycleNode):
             )
             engine.load()
         except (ModelNotFoundError, FileNotFoundError) as exc:
-            self.get_logger().error(f"ASR model missing: {exc}")
+            self.record_failure("configure", f"ASR model missing: {exc}")
             return TransitionCallbackReturn.FAILURE
         except (RuntimeError, ValueError) as exc:  # unreadable model, bad compute type/device
-            self.get_logger().error(f"ASR model could not be loaded: {exc}")
+            self.record_failure("configure", f"ASR model could not be loaded: {exc}")
             return TransitionCallbackReturn.FAILURE
         if engine.fallback_reason:
             self.get_logger().warning(engine.fallback_reason)
-        self._engine = engine
+        self._engine, self._model_name = engine, model_dir.name
         self._vad_config = VadConfig(
             threshold=p.vad_threshold,
             min_silence_ms=p.min_silence_ms,
@@ -265,7 +268,9 @@ class AsrNode(BoltLifecycleNode):
         self._subs = [self.create_subscription(TtsState, "tts/state", self._on_tts, qos.LATCHED)]
         if p.audio_source == "topic":
             self._subs.append(
-                self.create_subscription(AudioChunk, "audio/input", self._on_audio_msg, qos.AUDIO)
+                self.create_subscription(
+                    AudioChunk, "audio/input", self._on_audio_msg, qos.AUDIO_INPUT
+                )
             )
         elif p.publish_audio:
             self._audio_pub = self.create_publisher(AudioChunk, "audio/input", qos.AUDIO)
@@ -350,6 +355,15 @@ class AsrNode(BoltLifecycleNode):
         self._enqueue(chunk, end_ns - len(chunk) * 1_000_000_000 // SAMPLE_RATE)
 
     def _on_audio_msg(self, msg: AudioChunk) -> None:
+        try:
+            self._take_audio_msg(msg)
+        except Exception as exc:  # a malformed block (odd channel count, bad rate): skip it
+            self.record_failure("bad_audio", f"audio/input block dropped: {exc!r}", log=False)
+            self.get_logger().error(
+                f"audio/input block dropped: {exc!r}", throttle_duration_sec=5.0
+            )
+
+    def _take_audio_msg(self, msg: AudioChunk) -> None:
         x = to_mono(int16_to_float(np.asarray(msg.samples, dtype=np.int16)), msg.channels)
         rate = int(msg.sample_rate) or SAMPLE_RATE
         if rate != SAMPLE_RATE:
@@ -387,7 +401,7 @@ class AsrNode(BoltLifecycleNode):
                     self._publish_audio(chunk, stamp_ns)
                 listener.push(chunk, stamp_ns, queued=queued)
             except Exception as exc:  # keep listening; one bad block must not end the node
-                self.get_logger().error(f"ASR processing failed: {exc!r}")
+                self.record_failure("processing", f"ASR processing failed: {exc!r}")
 
     # --- outputs (VAD thread: voice activity; whisper thread: transcripts) ---------------------
     def _publish(self, event: ListenerEvent) -> None:
@@ -418,9 +432,30 @@ class AsrNode(BoltLifecycleNode):
         elif isinstance(event, NoSpeech):
             self.get_logger().info(f"utterance {event.utterance_id}: no speech recognised; dropped")
         elif isinstance(event, TranscriptionFailed):
-            self.get_logger().error(
-                f"utterance {event.utterance_id}: {event.stage} transcription failed: {event.error}"
+            self.record_failure(
+                "transcription",
+                f"utterance {event.utterance_id}: {event.stage} transcription failed: "
+                f"{event.error}",
             )
+
+    # --- diagnostics -------------------------------------------------------------------------
+    def diagnostic_values(self) -> dict[str, Any]:
+        p, engine, mic = self.params, self._engine, self._mic
+        if p.audio_source == "topic":
+            device = "topic audio/input"
+        elif mic is not None and mic.is_open and mic.device is not None:
+            device = f"microphone {mic.device.name!r}"
+        else:
+            device = f"microphone {p.device or 'default'!r} (not open)"
+        with self._queued_lock:
+            queued = self._queued
+        return {
+            "model": getattr(self, "_model_name", "") if engine is not None else "(not loaded)",
+            "compute": f"{engine.device} {engine.compute_type}" if engine is not None else "",
+            "device": device,
+            "queue_depth": self._q.qsize(),
+            "queued_audio_s": queued / SAMPLE_RATE,
+        }
 
     def _publish_audio(self, chunk: np.ndarray, stamp_ns: int) -> None:
         msg = AudioChunk(sample_rate=SAMPLE_RATE, channels=1)

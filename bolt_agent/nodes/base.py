@@ -7,6 +7,13 @@ overrides never pass through the set-parameters callback) and on every ``ros2 pa
 exposes them as ``self.params``, replaced as a whole when a runtime parameter changes. A
 load-time parameter (a model path, a thread count) is refused while the node is configured, with
 the reason, instead of being accepted and silently ignored.
+
+Health: every node publishes one ``diagnostic_msgs/DiagnosticStatus`` (name = its fully qualified
+name) in a ``DiagnosticArray`` on ``/diagnostics`` every ``diagnostics_period_s`` and at once when
+its ``status()`` changes. The level comes from the lifecycle state (not active: WARN; configure
+failed: ERROR), else from the last ``status()``, raised to WARN for a background failure in the
+last ``RECENT_FAILURE_S``; the values are the node's ``diagnostic_values()`` (model, device, queue
+depth) plus ``last_error`` and the failure counters kept by ``record_failure``.
 """
 
 from __future__ import annotations
@@ -14,15 +21,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, TypeVar
 
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import (
     FloatingPointRange,
     IntegerRange,
     ParameterDescriptor,
     SetParametersResult,
 )
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -33,7 +44,18 @@ from bolt_agent.nodes import qos
 P = TypeVar("P")
 
 _LOAD_TIME = "[load-time: applied at configure] "
+_AT_START = "[read at start: read-only] "
 _INT64 = 2**63 - 1
+
+#: a background failure this recent turns an OK node's diagnostics WARN
+RECENT_FAILURE_S = 30.0
+_LEVELS = {
+    "OK": DiagnosticStatus.OK,
+    "WARN": DiagnosticStatus.WARN,
+    "WARNING": DiagnosticStatus.WARN,
+    "ERROR": DiagnosticStatus.ERROR,
+    "STALE": DiagnosticStatus.STALE,
+}
 
 
 def param(
@@ -69,10 +91,19 @@ def parameter_fields(params_cls: type) -> tuple[dataclasses.Field, ...]:
     return dataclasses.fields(params_cls)
 
 
-def descriptor(f: dataclasses.Field) -> ParameterDescriptor:
+def descriptor(f: dataclasses.Field, read_only: bool = False) -> ParameterDescriptor:
+    """The ROS descriptor of parameter ``f``; ``read_only`` for a load-time parameter of a node
+    that loads at construction (no configure to apply a change at)."""
     meta = f.metadata
-    text = (_LOAD_TIME if meta["load_time"] else "") + meta["description"]
-    d = ParameterDescriptor(description=text, dynamic_typing=meta["dynamic_typing"])
+    if read_only and meta["load_time"]:
+        text = _AT_START + meta["description"]
+    else:
+        text = (_LOAD_TIME if meta["load_time"] else "") + meta["description"]
+    d = ParameterDescriptor(
+        description=text,
+        dynamic_typing=meta["dynamic_typing"],
+        read_only=read_only and meta["load_time"],
+    )
     if meta["choices"]:
         d.additional_constraints = "one of: " + ", ".join(meta["choices"])
     if meta["range"] is not None:
@@ -119,16 +150,40 @@ def build_params(params_cls: type[P], values: dict[str, Any]) -> P:
 
 
 class _BoltNodeMixin:
-    """Parameter declaration/validation and the latched ``~/status`` shared by all nodes."""
+    """Parameter declaration/validation, the latched ``~/status`` and ``/diagnostics`` shared by
+    all nodes."""
 
     Params: ClassVar[type]
     params: Any
+    #: a node that loads at construction cannot apply a load-time change: ROS refuses it
+    _load_time_read_only: ClassVar[bool] = False
 
     def _init_bolt(self: Any) -> None:
         for f in parameter_fields(self.Params):
-            self.declare_parameter(f.name, f.default, descriptor(f))
+            self.declare_parameter(f.name, f.default, descriptor(f, self._load_time_read_only))
         self.params = build_params(self.Params, self._raw_params())
         self._status_pub = None
+        self._status_level, self._status_message = "", ""
+        self._health_lock = threading.Lock()
+        self._failures: dict[str, int] = {}
+        self._errors = 0  # errors recorded so far (status ERROR or record_failure)
+        self._last_error, self._last_failure_t = "", -math.inf
+        period = self.declare_parameter(
+            "diagnostics_period_s",
+            1.0,
+            ParameterDescriptor(
+                description="period in s of this node's DiagnosticArray on /diagnostics (also "
+                "published at once when its status changes); read at start",
+                read_only=True,
+                floating_point_range=[
+                    FloatingPointRange(from_value=0.01, to_value=3600.0, step=0.0)
+                ],
+            ),
+        ).value
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.DIAGNOSTICS)
+        self._diag_timer = self.create_timer(
+            period, self.publish_diagnostics, callback_group=MutuallyExclusiveCallbackGroup()
+        )
         self.add_on_set_parameters_callback(self._on_set_parameters)
 
     def _raw_params(self: Any) -> dict[str, Any]:
@@ -163,11 +218,84 @@ class _BoltNodeMixin:
 
     # --- status ------------------------------------------------------------------------------
     def status(self: Any, level: str, message: str, **extra: Any) -> None:
-        """Publish the node's state (JSON on latched ``~/status``) and log errors."""
+        """Publish the node's state: JSON on latched ``~/status``, and ``/diagnostics`` at once
+        when the level or message changed. ``level``: OK, WARN or ERROR (an ERROR's message
+        becomes the ``last_error``)."""
         if self._status_pub is None:
             self._status_pub = self.create_publisher(String, "~/status", qos.LATCHED)
         data = {"node": self.get_name(), "level": level, "message": message, **extra}
         self._status_pub.publish(String(data=json.dumps(data, default=str)))
+        with self._health_lock:
+            changed = (level, message) != (self._status_level, self._status_message)
+            self._status_level, self._status_message = level, message
+            if level == "ERROR":
+                self._last_error = message
+                self._errors += 1
+        if changed:
+            self.publish_diagnostics()
+
+    def record_failure(self: Any, kind: str, message: str, log: bool = True) -> None:
+        """Count a failure of ``kind`` (a background job that failed, data that was dropped) and
+        keep ``message`` as the last error; logged as an error unless ``log`` is False (the
+        caller logged it, e.g. throttled). Any thread."""
+        if log:
+            self.get_logger().error(message)
+        with self._health_lock:
+            self._failures[kind] = self._failures.get(kind, 0) + 1
+            self._last_error, self._last_failure_t = message, time.monotonic()
+            self._errors += 1
+
+    def failures(self: Any, kind: str) -> int:
+        with self._health_lock:
+            return self._failures.get(kind, 0)
+
+    # --- diagnostics -------------------------------------------------------------------------
+    def diagnostic_values(self) -> dict[str, Any]:
+        """What matters about this node, for ``/diagnostics`` (e.g. ``model``, ``device``,
+        ``queue_depth``); values are sent as text. Runs on the diagnostics timer or the thread
+        that called ``status()``: read state only, never block."""
+        return {}
+
+    def _diagnostic_level(self: Any) -> tuple[str, str]:
+        """(level, message) from the last status() and recent failures."""
+        with self._health_lock:
+            level = self._status_level or "OK"
+            message = self._status_message or "running"
+            recent = time.monotonic() - self._last_failure_t < RECENT_FAILURE_S
+            last_error = self._last_error
+        if level == "OK" and recent:
+            return "WARN", f"{message}; recent failure: {last_error}"
+        return level, message
+
+    def diagnostic_status(self: Any) -> DiagnosticStatus:
+        """This node's DiagnosticStatus now."""
+        try:
+            values = {str(k): _text(v) for k, v in self.diagnostic_values().items()}
+        except Exception as exc:  # a broken hook must not hide the rest of the report
+            values = {"diagnostic_values_error": repr(exc)}
+        level, message = self._diagnostic_level()
+        with self._health_lock:
+            values["last_error"] = self._last_error
+            values["failures"] = str(sum(self._failures.values()))
+            for kind, n in sorted(self._failures.items()):
+                values[f"failures.{kind}"] = str(n)
+        return DiagnosticStatus(
+            level=_LEVELS.get(level.upper(), DiagnosticStatus.ERROR),
+            name=self.get_fully_qualified_name(),
+            message=message,
+            hardware_id=values.get("device", ""),
+            values=[KeyValue(key=k, value=v) for k, v in values.items()],
+        )
+
+    def publish_diagnostics(self: Any) -> None:
+        """Publish the DiagnosticArray now (the timer's callback; status() calls it too)."""
+        msg = DiagnosticArray(status=[self.diagnostic_status()])
+        msg.header.stamp = self.get_clock().now().to_msg()
+        try:
+            self._diag_pub.publish(msg)
+        except Exception:  # the context is going down (Ctrl-C): nothing left to report to
+            if self.context.ok():
+                raise
 
     def retry_until(self: Any, attempt: Callable[[], bool], period_s: float) -> None:
         """Call ``attempt`` now and then every ``period_s`` until it returns True (a device that
@@ -189,8 +317,19 @@ class _BoltNodeMixin:
             self._retry_timer = None
 
 
+def _text(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
 class BoltNode(_BoltNodeMixin, Node):
-    """A plain node that loads at construction (animation, game state)."""
+    """A plain node that loads at construction (animation, game state): its load-time
+    parameters are read-only."""
+
+    _load_time_read_only = True
 
     def __init__(self, node_name: str, **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
@@ -208,24 +347,59 @@ class BoltLifecycleNode(_BoltNodeMixin, LifecycleNode):
             True,
             ParameterDescriptor(description="configure and activate on start (no manager)"),
         )
-        self._init_bolt()
         self._active = False
         self._is_configured = False
+        self._configure_error = ""
+        self._init_bolt()
 
     def _configured(self) -> bool:
         return self._is_configured
+
+    def lifecycle_state(self) -> str:
+        """The lifecycle state's label: unconfigured, inactive, active, finalized (or a
+        transition's label, e.g. configuring)."""
+        try:
+            return self._state_machine.current_state[1]
+        except Exception:  # not initialised yet / torn down: our own flags
+            if self._active:
+                return "active"
+            return "inactive" if self._is_configured else "unconfigured"
+
+    def _diagnostic_level(self) -> tuple[str, str]:
+        state = self.lifecycle_state()
+        if state == "active":
+            return super()._diagnostic_level()
+        if self._configure_error and not self._is_configured:
+            return "ERROR", f"{state}: configure failed: {self._configure_error}"
+        return "WARN", f"{state}: not running"
+
+    def diagnostic_status(self) -> DiagnosticStatus:
+        status = super().diagnostic_status()
+        status.values.insert(0, KeyValue(key="lifecycle_state", value=self.lifecycle_state()))
+        return status
 
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
         try:
             self.params = build_params(self.Params, self._raw_params())
         except ParamError as exc:
             self.get_logger().error(f"configure failed: {exc}")
+            self._configure_error = str(exc)
+            self.status("ERROR", f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
+        errors_before = self._errors
         result = self.configure()
         self._is_configured = result == TransitionCallbackReturn.SUCCESS
+        if self._is_configured:
+            self._configure_error = ""
+        else:  # the reason: what configure() recorded (record_failure), else the log has it
+            reason = self._last_error if self._errors != errors_before else "see the log"
+            self._configure_error = reason
+            self.status("ERROR", f"configure failed: {reason}")
         return result
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        with self._health_lock:  # a new activation: what the last one reported is history
+            self._status_level, self._status_message = "", ""
         self._active = True  # before the node's threads start: they run while it is set
         result = self.activate()
         if result != TransitionCallbackReturn.SUCCESS:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from rclpy.action import ActionServer
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
@@ -44,6 +45,7 @@ class GameStateNode(BoltNode):
             self, ExecuteTool, "game/execute_tool", self._execute,
             callback_group=MutuallyExclusiveCallbackGroup(),
         )  # fmt: skip
+        self._refused = 0  # tool calls answered success=false
         self.publish_state()
         self.get_logger().info(
             f"game state from {state_file or 'config/game_state.yaml'}; tools: {self.tools.names}"
@@ -64,10 +66,18 @@ class GameStateNode(BoltNode):
             goal_handle.succeed()
         else:
             self.get_logger().info(f"{request.tool_name}: {outcome.error}")
+            self._refused += 1
             goal_handle.abort()
         return ExecuteTool.Result(
             success=outcome.success, result_json=outcome.result_json(), error=outcome.error
         )
+
+    def diagnostic_values(self) -> dict[str, Any]:
+        return {
+            "state_file": self.params.state_file or "config/game_state.yaml",
+            "tools": ", ".join(self.tools.names),
+            "refused_calls": self._refused,
+        }
 
     def destroy_node(self) -> None:
         self.server.destroy()

@@ -23,6 +23,11 @@ from typing import Any
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.lifecycle import TransitionCallbackReturn
+
+try:  # Iron+
+    from rclpy.event_handler import SubscriptionEventCallbacks
+except ImportError:  # Humble
+    from rclpy.qos_event import SubscriptionEventCallbacks
 from std_msgs.msg import Bool, String
 
 from bolt_agent.core.llm.chat_template import Knobs
@@ -170,6 +175,7 @@ class LlmNode(BoltLifecycleNode):
         self.scheduler: TurnScheduler | None = None
         self.engine: LlamaEngine | None = None
         self._entities: list[Any] = []
+        self._tool_errors = 0  # tool calls that came back failed (not cancelled)
 
     # --- lifecycle -----------------------------------------------------------------------------
     def configure(self) -> TransitionCallbackReturn:
@@ -197,7 +203,7 @@ class LlmNode(BoltLifecycleNode):
                 )
             ).load()
         except (ModelNotFoundError, EngineError, FileNotFoundError, ValueError) as exc:
-            self.get_logger().error(f"configure failed: {exc}")
+            self.record_failure("configure", f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
         constrained = {"on": True, "off": False}.get(
             p.constrained, self.engine.chat_template.is_bundled
@@ -222,6 +228,7 @@ class LlmNode(BoltLifecycleNode):
             on_cancel=self._on_turn_cancelled,
             after_turn=self._after_turn,
             logger=self.get_logger(),
+            on_failure=lambda kind, message: self.record_failure(kind, message, log=False),
         )
         self._make_entities()
         self.get_logger().info(
@@ -247,17 +254,23 @@ class LlmNode(BoltLifecycleNode):
             (SceneDescription, "perception/scene", self._on_scene, RELIABLE),
             (VoiceActivity, "asr/voice_activity", self._on_voice_activity, RELIABLE),
             (TtsState, "tts/state", self._on_tts_state, LATCHED),
-            # operator switches: latched publishers and plain `ros2 topic pub` (volatile) alike
-            (Bool, "teleop/mute", self._on_mute, LATCHED),
-            (Bool, "teleop/mute", self._on_mute, RELIABLE),
-            (Bool, "teleop/override", self._on_override, LATCHED),
-            (Bool, "teleop/override", self._on_override, RELIABLE),
             (String, "llm/cancel", lambda _m: self.cancel_current("llm/cancel"), RELIABLE),
             (String, "teleop/say", lambda _m: self.cancel_current("teleop/say"), RELIABLE),
         ]
         self._entities = [
             self.create_subscription(t, n, cb, q, callback_group=io) for t, n, cb, q in subs
         ]
+        # operator switches: latched publishers and plain `ros2 topic pub` (volatile) alike. A
+        # volatile publisher cannot match the latched subscription: keep that expected mismatch
+        # out of the log (the volatile subscription matches and receives)
+        quiet = SubscriptionEventCallbacks(incompatible_qos=lambda _e: None)
+        for topic, cb in (("teleop/mute", self._on_mute), ("teleop/override", self._on_override)):
+            for profile in (LATCHED, RELIABLE):
+                self._entities.append(
+                    self.create_subscription(
+                        Bool, topic, cb, profile, callback_group=io, event_callbacks=quiet
+                    )
+                )
         self._converse = ActionServer(
             self,
             Converse,
@@ -386,8 +399,28 @@ class LlmNode(BoltLifecycleNode):
             "error": outcome.error,
         }
         self._tool_pub.publish(String(data=json.dumps(event, default=str)))
-        log = self.get_logger().info if outcome.ok else self.get_logger().warning
-        log(f"tool {name} {json.dumps(arguments)} -> {outcome.error or outcome.result}")
+        line = f"tool {name} {json.dumps(arguments)} -> {outcome.error or outcome.result}"
+        if outcome.ok:  # two call sites: rclpy fixes one severity per call site
+            self.get_logger().info(line)
+        else:
+            self.get_logger().warning(line)
+        if not outcome.ok and not future.cancelled():
+            self._tool_errors += 1
+
+    def diagnostic_values(self) -> dict[str, Any]:
+        p, engine, scheduler = self.params, self.engine, self.scheduler
+        if engine is None:
+            return {"model": "(not loaded)", "device": "", "queue_depth": 0}
+        speculation = engine.speculation.summary() if engine.speculation is not None else "none"
+        return {
+            "model": engine.config.model_path,
+            "device": f"GPU ({p.n_gpu_layers} layers)" if p.n_gpu_layers else "CPU",
+            "chat_template": engine.chat_template.name,
+            "speculative": speculation,
+            "queue_depth": scheduler.pending() if scheduler is not None else 0,
+            "current_turn": scheduler.current_turn if scheduler is not None else "",
+            "tool_errors": self._tool_errors,
+        }
 
     def _execute_converse(self, goal_handle) -> Converse.Result:
         node = self

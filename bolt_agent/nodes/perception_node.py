@@ -4,12 +4,14 @@ A lifecycle node: ``on_configure`` loads the scene backend (classical | vlm; FAI
 log when it cannot run), ``on_activate`` starts capturing (OpenCV device index, video file or
 GStreamer pipeline; ``camera: topic`` subscribes ``camera/image_raw`` instead, for simulation).
 A missing camera is logged, reported on ``perception/scene`` (label ``camera_unavailable``) and
-retried; the node stays up. Logic: ``core.vision.perception`` / ``camera`` / ``image_conv``.
+retried (``/diagnostics`` says ERROR with the reason meanwhile); the node stays up.
+Logic: ``core.vision.perception`` / ``camera`` / ``image_conv``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import cv2
 import numpy as np
@@ -76,6 +78,7 @@ class PerceptionNode(BoltLifecycleNode):
         self.scene_pub = self.image_pub = self.timer = self.image_sub = None
         self._next_try = 0.0
         self._ended = False
+        self._frames = 0  # frames processed since start
 
     # -- lifecycle ------------------------------------------------------------------------------
     def configure(self) -> TransitionCallbackReturn:
@@ -88,7 +91,7 @@ class PerceptionNode(BoltLifecycleNode):
             backend = make_perception_backend(p.backend, **options)
             backend.load()
         except (BackendUnavailableError, TypeError) as exc:
-            self.get_logger().error(f"perception backend: {exc}")
+            self.record_failure("configure", f"perception backend: {exc}")
             return TransitionCallbackReturn.FAILURE
         self.monitor = SceneMonitor(backend, 1.0 / max(p.check_rate_hz, 0.01), p.publish_period_s)
         self.scene_pub = self.create_publisher(SceneMsg, "perception/scene", qos.RELIABLE)
@@ -104,6 +107,7 @@ class PerceptionNode(BoltLifecycleNode):
                 Image, "camera/image_raw", self._on_image, qos.SENSOR,
                 callback_group=MutuallyExclusiveCallbackGroup(),
             )  # fmt: skip
+            self.status("OK", "subscribed to camera/image_raw")
         else:
             self.source, self._next_try, self._ended = FrameSource(p.camera, p.loop), 0.0, False
             self.timer = self.create_timer(
@@ -141,10 +145,12 @@ class PerceptionNode(BoltLifecycleNode):
             try:
                 self.source.open()
                 self.get_logger().info(f"camera {self.params.camera!r} opened")
+                self.status("OK", f"camera {self.params.camera!r} open")
             except CameraError as exc:
                 self._next_try = self._now() + self.params.retry_period_s
                 msg = f"{exc}; retrying every {self.params.retry_period_s:g} s"
                 self.get_logger().error(msg)
+                self.status("ERROR", f"camera unavailable: {msg}")
                 self._publish(
                     SceneDescription(summary=f"I cannot see: {msg}.", labels=["camera_unavailable"])
                 )
@@ -155,8 +161,10 @@ class PerceptionNode(BoltLifecycleNode):
             if self.source.kind == "file":
                 self._ended = True
                 self.get_logger().info("end of the video file (set loop:=true to replay)")
+                self.status("WARN", "end of the video file: no more frames (loop:=true replays)")
             else:
                 self.get_logger().error("camera stopped delivering frames; reopening")
+                self.status("ERROR", "camera stopped delivering frames; reopening")
             return
         self._process(frame, publish_image=True)
 
@@ -167,6 +175,7 @@ class PerceptionNode(BoltLifecycleNode):
             )
         except ImageEncodingError as exc:
             self.get_logger().error(f"camera/image_raw: {exc}", throttle_duration_sec=5.0)
+            self.record_failure("bad_image", f"camera/image_raw: {exc}", log=False)
             return
         if frame.ndim == 2:
             frame = cv2.cvtColor(frame.astype(np.uint8), cv2.COLOR_GRAY2BGR)
@@ -182,6 +191,7 @@ class PerceptionNode(BoltLifecycleNode):
             img.header.stamp, img.header.frame_id = stamp, self.params.frame_id
             self.image_pub.publish(img)
         assert self.monitor is not None
+        self._frames += 1
         desc = self.monitor.push(frame, self._now())
         if desc is not None:
             self._publish(desc, stamp)
@@ -200,6 +210,19 @@ class PerceptionNode(BoltLifecycleNode):
         msg.header.frame_id = self.params.frame_id
         if self.scene_pub is not None:
             self.scene_pub.publish(msg)
+
+    def diagnostic_values(self) -> dict[str, Any]:
+        p, monitor, source = self.params, self.monitor, self.source
+        if p.camera == "topic":
+            camera_open = self.image_sub is not None
+        else:
+            camera_open = source is not None and source.opened and not self._ended
+        return {
+            "model": monitor.backend.name if monitor is not None else "(not loaded)",
+            "device": "topic camera/image_raw" if p.camera == "topic" else f"camera {p.camera}",
+            "camera_open": camera_open,
+            "frames": self._frames,
+        }
 
 
 def _roi(box: Box) -> RegionOfInterest:

@@ -8,13 +8,16 @@ manager, while a launch file may set it false and drive the transitions.
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 
 import rclpy
 from rclpy.executors import Executor, ExternalShutdownException, MultiThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.node import Node
+from rclpy.utilities import remove_ros_args
 
 
 def bring_up(node: Node) -> bool:
@@ -58,27 +61,53 @@ def spin_until_shutdown(executor: Executor) -> None:
         executor.spin()
 
 
+def _ignore_further_interrupts() -> None:
+    """Shutting down: a second SIGINT (a terminal's Ctrl-C reaches the process group and
+    `ros2 launch` forwards one more) must not kill the clean-up half-way."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def spin_nodes(nodes: Sequence[Node], num_threads: int | None = None) -> None:
     """Spin nodes on one multi-threaded executor until Ctrl-C / shutdown; always clean up."""
     executor = make_executor(nodes, num_threads)
     try:
         spin_until_shutdown(executor)
     finally:
+        _ignore_further_interrupts()
         executor.shutdown()
         for node in nodes:
             node.destroy_node()
         rclpy.try_shutdown()
 
 
+#: console-script flag (before ``--ros-args``; `ros2 launch` passes it unless
+#: ``exit_on_failure:=false``): a failed autostart exits with status 1 instead of staying up
+EXIT_ON_FAILURE = "--exit-on-failure"
+
+
 def main_for(factory: Callable[[], Node], args: list[str] | None = None) -> int:
-    """Console-script body: init, build the node, bring it up, spin, shut down cleanly."""
-    rclpy.init(args=sys.argv if args is None else args)
+    """Console-script body: init, build the node, bring it up, spin, shut down cleanly.
+
+    A lifecycle node whose autostart configure/activate fails stays up, unconfigured (a
+    lifecycle manager or ``ros2 lifecycle`` may retry), or with ``--exit-on-failure`` exits
+    with status 1, so that a launch system sees it die (and ``respawn`` restarts it).
+    """
+    argv = sys.argv if args is None else args
+    rclpy.init(args=argv)
+    exit_on_failure = EXIT_ON_FAILURE in remove_ros_args(argv)[1:]
     try:
         node = factory()
     except Exception as exc:  # a constructor error is a start-up error: say it, exit non-zero
         print(f"error: {exc}", file=sys.stderr)
         rclpy.try_shutdown()
         return 1
-    bring_up(node)
+    if not bring_up(node) and exit_on_failure:
+        node.get_logger().fatal(f"start-up failed: exiting with status 1 ({EXIT_ON_FAILURE})")
+        with contextlib.suppress(Exception):  # stops what configure may have started
+            node.trigger_shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+        return 1
     spin_nodes([node])
     return 0

@@ -19,6 +19,7 @@ import queue
 import threading
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from rclpy.action import ActionServer, CancelResponse
@@ -130,10 +131,10 @@ class TtsNode(BoltLifecycleNode):
             engine = PiperEngine(model, None, p.cpu_threads, p.use_cuda, p.length_scale or None)
             engine.load()
         except (ModelNotFoundError, FileNotFoundError) as exc:
-            self.get_logger().error(f"TTS model missing: {exc}")
+            self.record_failure("configure", f"TTS model missing: {exc}")
             return TransitionCallbackReturn.FAILURE
         except Exception as exc:  # onnxruntime/JSON errors: a broken voice file
-            self.get_logger().error(f"TTS voice could not be loaded: {exc!r}")
+            self.record_failure("configure", f"TTS voice could not be loaded: {exc!r}")
             return TransitionCallbackReturn.FAILURE
         self._engine = engine
         self._state_pub = self.create_publisher(TtsState, "tts/state", qos.LATCHED)
@@ -253,7 +254,10 @@ class TtsNode(BoltLifecycleNode):
         self._speaker.say(turn_id, msg.text, msg.is_last_in_turn)
 
     def _on_teleop(self, msg: String) -> None:
-        self._speaker.say(f"teleop-{next(self._teleop_ids)}", msg.data, True, interrupt=True)
+        # own prefix: llm_node names its teleop/prompt turns teleop-N, and a tts/stop for one of
+        # those must not stop an operator's say
+        turn_id = f"teleop-say-{next(self._teleop_ids)}"
+        self._speaker.say(turn_id, msg.data, True, interrupt=True)
 
     def _on_stop(self, msg: String) -> None:
         self._speaker.stop(msg.data)
@@ -296,8 +300,27 @@ class TtsNode(BoltLifecycleNode):
             log.warning(f"not active; not saying {event.text!r}")
         elif isinstance(event, Dropped):
             log.warning(f"no audio output; dropped {event.text!r}")
+            self.record_failure("no_output", f"no audio output; dropped {event.text!r}", log=False)
         elif isinstance(event, Failed):
-            log.error(f"synthesis failed for {event.text!r}: {event.reason}")
+            self.record_failure("synthesis", f"synthesis failed for {event.text!r}: {event.reason}")
+
+    # --- diagnostics -------------------------------------------------------------------------
+    def diagnostic_values(self) -> dict[str, Any]:
+        p, engine, sink = self.params, self._engine, self._sink
+        if p.audio_sink == "topic":
+            device = "topic audio/output"
+        elif sink is not None and getattr(sink, "device", None) is not None and sink.is_open:
+            device = f"speaker {sink.device.name!r}"
+        else:
+            device = f"speaker {p.device or 'default'!r} (not open)"
+        waiting, playing = self._speaker.queued()
+        return {
+            "model": engine.model_path.name if engine is not None else "(not loaded)",
+            "sample_rate": engine.sample_rate if engine is not None else 0,
+            "device": device,
+            "queue_depth": waiting,
+            "playing_sentences": playing,
+        }
 
     def _publish_state(self, state: SpeechState) -> None:
         msg = TtsState()

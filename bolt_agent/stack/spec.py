@@ -3,15 +3,18 @@
 The node set and the simulation routing come from the node table (``stack.table``), the same one
 `ros2 launch` reads (``stack.launch_plan``): a ``StackSpec`` is a set of launch arguments plus the
 caller's parameter overrides. Parameters come from ``config/params/<node>.yaml`` (the same files
-the launch file passes), then the table's (from the arguments, simulation routing), then the
-in-process tuning below, then the caller's overrides.
+the launch file passes, keyed ``/**/<node>:``), then the table's (from the arguments, simulation
+routing, ``use_sim_time``), then the in-process tuning below, then the ``params_file`` argument's
+(applied last in `ros2 launch` too), then the caller's overrides.
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -92,18 +95,43 @@ def sim_overrides(spec: StackSpec) -> dict[str, dict[str, Any]]:
     """Parameters every node gets in this mode (before the caller's own overrides): the table's
     (profile, models, simulation routing) and the in-process tuning."""
     args = spec.launch_args()
+    every = table.every_node_params(args)
     return {
-        entry.name: {**params, **IN_PROCESS.get(entry.name, {})}
+        entry.name: {**params, **every, **IN_PROCESS.get(entry.name, {})}
         for entry, params in table.select(args, only=list(table.BY_NAME))
     }
 
 
-def load_params(node_name: str) -> dict[str, Any]:
-    path = config_dir() / table.BY_NAME[node_name].params_file
-    if not path.exists():
-        return {}
-    data = yaml.safe_load(path.read_text()) or {}
-    return dict((data.get(node_name) or {}).get("ros__parameters") or {})
+def _fqn_matches(pattern: str, fqn: str) -> bool:
+    """A parameter file's node key against a node's fully qualified name, as rcl matches them:
+    ``/**`` any namespaces (or none), ``*`` one name; a key without a leading ``/`` is absolute."""
+    regex = ""
+    for token in pattern.strip("/").split("/"):
+        if token == "**":
+            regex += "(?:/[^/]+)*"
+        else:
+            regex += "/" + "[^/]*".join(map(re.escape, token.split("*")))
+    return re.fullmatch(regex, fqn) is not None
+
+
+def params_for(data: dict | None, node_name: str, namespace: str = "") -> dict[str, Any]:
+    """The ``ros__parameters`` a parsed parameter file gives a node in ``namespace``: every
+    matching key (``/**:``, ``/**/node:``, ``/ns/node:``…) in file order, later ones winning."""
+    fqn = "/" + "/".join(p for p in (*namespace.split("/"), node_name) if p)
+    params: dict[str, Any] = {}
+    for key, entry in (data or {}).items():
+        if isinstance(entry, dict) and _fqn_matches(str(key), fqn):
+            params.update(entry.get("ros__parameters") or {})
+    return params
+
+
+def load_params(node_name: str, path: Path | str | None = None, namespace: str = "") -> dict:
+    """A node's parameters from a YAML file (default: the installed config/params/<node>.yaml)."""
+    if not path:
+        path = config_dir() / table.BY_NAME[node_name].params_file
+        if not path.exists():
+            return {}
+    return params_for(yaml.safe_load(Path(path).read_text()), node_name, namespace)
 
 
 def make_node(node_name: str, params: dict[str, Any], **kwargs) -> Node:
@@ -114,12 +142,27 @@ def make_node(node_name: str, params: dict[str, Any], **kwargs) -> Node:
 
 
 def effective_params(spec: StackSpec, node_name: str) -> dict[str, Any]:
-    """YAML defaults, then the mode's overrides, then the caller's: what the node is given."""
+    """YAML defaults, then the mode's overrides, then the ``params_file`` argument's (as in
+    `ros2 launch`), then the caller's: what the node is given."""
+    args = spec.launch_args()
     mode = sim_overrides(spec).get(node_name, {})
-    return {**load_params(node_name), **mode, **spec.overrides.get(node_name, {})}
+    user = (
+        load_params(node_name, args["params_file"], args["namespace"])
+        if args["params_file"]
+        else {}
+    )
+    return {
+        **load_params(node_name, namespace=args["namespace"]),
+        **mode,
+        **user,
+        **spec.overrides.get(node_name, {}),
+    }
 
 
 def build_stack(spec: StackSpec, **node_kwargs) -> list[Node]:
+    namespace = spec.launch_args()["namespace"]
+    if namespace:
+        node_kwargs.setdefault("namespace", namespace)
     nodes = []
     for name in spec.node_names():
         params = effective_params(spec, name)

@@ -34,6 +34,22 @@ ARGUMENTS: dict[str, tuple[str, str]] = {
     "animation": ("true", "start animation_node"),
     "perception": ("true", "start perception_node"),
     "game_state": ("auto", "start game_state_node (auto: with the blacksmith_npc profile)"),
+    # every node alike (the embedded runner applies params_file and use_sim_time; the others
+    # are about processes and only `ros2 launch` uses them)
+    "params_file": (
+        "",
+        "YAML of parameters applied last, over the installed config/params/<node>.yaml and the "
+        "other arguments (keys /**/<node_name>: or /**: apply under any namespace)",
+    ),
+    "use_sim_time": ("false", "every node takes its time from /clock"),
+    "log_level": ("info", "log level of every node: debug | info | warn | error | fatal"),
+    "respawn": ("false", "restart a node whose process exits (a crash, a failed configure)"),
+    "respawn_delay": ("2.0", "seconds before a respawn"),
+    "exit_on_failure": (
+        "true",
+        "a lifecycle node that cannot configure or activate at start exits with status 1 "
+        "(false: it stays up, unconfigured, for `ros2 lifecycle`)",
+    ),
 }
 
 
@@ -144,6 +160,11 @@ def node_params(entry: NodeEntry, args: dict[str, str]) -> dict[str, Any]:
         if sim or (device_arg and not truthy(args[device_arg])):
             params[param] = value
     return params
+
+
+def every_node_params(args: dict[str, str]) -> dict[str, Any]:
+    """Parameters every node gets from the arguments (after its own, before ``params_file``)."""
+    return {"use_sim_time": truthy(args["use_sim_time"])}
 
 
 def select(

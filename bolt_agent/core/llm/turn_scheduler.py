@@ -67,12 +67,14 @@ class TurnScheduler:
         on_cancel: Callable[[str, str], None] = lambda turn_id, why: None,
         after_turn: Callable[[], None] = lambda: None,
         logger: Any = log,  # a logging.Logger or an rclpy logger (info/warning/error)
+        on_failure: Callable[[str, str], None] = lambda kind, message: None,
     ) -> None:
         self.runner = runner
         self._make_request = make_request
         self._on_cancel = on_cancel
         self._after_turn = after_turn
         self._log = logger
+        self._on_failure = on_failure  # (kind: "turn" | "prefill", message), after the log
         self._jobs: queue.Queue[Job | None] = queue.Queue()
         self._active = False
         self._lock = threading.Lock()
@@ -82,6 +84,10 @@ class TurnScheduler:
     @property
     def active(self) -> bool:
         return self._active
+
+    def pending(self) -> int:
+        """Jobs waiting for the worker (turns, prefills, interruptions; not the running one)."""
+        return self._jobs.qsize()
 
     def start(self) -> None:
         self._active = True
@@ -161,7 +167,9 @@ class TurnScheduler:
                 self._make_request(job.turn_id, job.text, job.knobs), job.sink
             )
         except Exception as exc:  # keep the worker alive; report the turn as failed
-            self._log.error(f"turn {job.turn_id} failed: {exc!r}")
+            message = f"turn {job.turn_id} failed: {exc!r}"
+            self._log.error(message)
+            self._on_failure("turn", message)
             job.done.set_exception(exc)
         else:
             self._log.info(
@@ -184,7 +192,9 @@ class TurnScheduler:
         try:
             n = self.runner.prewarm(request)
         except Exception as exc:  # a failed warm-up costs nothing but its time
-            self._log.warning(f"prefill ahead of {job.utterance_id} failed: {exc!r}")
+            message = f"prefill ahead of {job.utterance_id} failed: {exc!r}"
+            self._log.warning(message)
+            self._on_failure("prefill", message)
             return
         if n:
             dt = time.monotonic() - t0

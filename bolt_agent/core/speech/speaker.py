@@ -175,6 +175,11 @@ class Speaker:
         with self._lock:
             return self._turns.get(turn_id)
 
+    def queued(self) -> tuple[int, int]:
+        """(sentences waiting for synthesis, sentences written to the sink and still playing)."""
+        with self._lock:
+            return len(self._queue), len(self._playing)
+
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self, sink: AudioSink | None) -> None:
         """Accept sentences, played on ``sink`` (which may open later); reports the idle state."""
