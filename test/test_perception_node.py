@@ -42,11 +42,18 @@ def test_video_file_publishes_scene_and_images(node_process, unique_ns, tmp_path
         node.create_subscription(Image, f"{unique_ns}/camera/image_raw", images.append, qos.SENSOR)
         proc = start(node_process, unique_ns, camera=str(video), loop=True, rate_hz=20.0,
                      width=320, height=240, check_rate_hz=4.0)  # fmt: skip
+        expected = (
+            "a person appeared on the left",
+            "something started moving",
+            "the light got darker",
+            "the light got brighter",
+        )
+        # the video loops: a change missed on one pass (a check late on 2 busy cores) comes again
         spin_until(
             executor,
-            lambda: any("a person appeared on the left" in s.changes for s in scenes),
+            lambda: all(any(e in s.changes for s in scenes) for e in expected),
             60.0,
-            "a person on the left",
+            "a person on the left, motion, darker and brighter light",
         )
         spin_until(executor, lambda: len(images) >= 3, 10.0, "camera images")
         assert proc.alive()
