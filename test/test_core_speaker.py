@@ -327,3 +327,21 @@ def test_only_the_latest_turns_are_kept(extra):
     assert [speaker.turn(f"t{i}") for i in range(extra)] == [None] * extra
     assert speaker.turn(f"t{extra}") is not None
     assert speaker.turn(f"t{MAX_TURNS + extra - 1}").outstanding == 1
+
+
+def test_a_late_stop_for_a_turn_already_cut_off_does_not_stop_the_newer_one():
+    """llm_node sends tts/stop(<its turn>) when an operator's say cancels that turn; the say has
+    already cut it off (interrupt), so the late stop must leave the say alone."""
+    speaker, synth, sink, events = make()
+    llm = speaker.say("teleop-1", "A long sentence here. And more.", True)
+    speaker.synthesize_next()
+    sink.play_words(sink.writes[0], 2)
+    say = speaker.say("teleop-say-1", "Hello, I am being driven by a human now.", True, True)
+    assert llm.interrupted and not say.done.is_set()
+    assert speaker.stop("teleop-1", reason="llm cancel") is None  # nothing of it is left
+    assert not say.interrupted and [e.info.reason for e in of_type(events, Stopped)] == [
+        "stop request"
+    ]
+    while speaker.synthesize_next():
+        pass
+    assert synth.texts[-1] == "Hello, I am being driven by a human now."

@@ -42,7 +42,6 @@ def main(argv: list[str]) -> int:
         base = rss_mb()
         session.build()
         built = rss_mb()
-        session.start()
         per_node, prev = {}, built["VmRSS"]
 
         def measure(node) -> None:  # RSS growth during the node's configure + activate
@@ -52,6 +51,7 @@ def main(argv: list[str]) -> int:
             prev = now
 
         failed = session.bring_up(after_each=measure)  # no progress lines: stdout is JSON
+        session.start()  # after the bring-up (see StackSession.bring_up)
         event = {
             "event": "ready" if not failed else "failed",
             "failed": failed,

@@ -39,8 +39,9 @@ def run_stack(args) -> int:
                 monitor = ConsoleMonitor(printer=console.print)
                 user = ScriptedUser() if not args.text and not args.device else None
                 session.add(monitor, *([user] if user else []))
-                session.start()
+                # bring up before spinning (see StackSession.bring_up)
                 failed = session.bring_up(progress=lambda m: status.update(m + "…"))
+                session.start()
                 if user:
                     status.update("loading the demo user's voice…")
                     user.load()

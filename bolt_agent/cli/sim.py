@@ -47,9 +47,11 @@ def run_scenario(scenario: Scenario, out_dir: Path, console: Console) -> dict:
         monitor, user = ConsoleMonitor(printer=console.print), ScriptedUser()
         rec_node = rclpy.create_node("sim_recorder")
         session.add(monitor, user, rec_node)
-        session.start()
         recorder = BagRecorder(rec_node, out_dir / "bag", topics=list(RECORDED))
+        # bring up before spinning: rclpy's ActionClient joins the node's waitables before it is
+        # fully built, and an executor iterating them meanwhile dies (llm_node's tool clients)
         failed = session.bring_up(progress=lambda m: console.print(f"[dim]{m}[/]"))
+        session.start()
         if failed:
             raise RuntimeError(f"nodes failed to start: {', '.join(failed)}")
         user.load()
@@ -101,8 +103,9 @@ def replay_transcripts(bag: Path, console: Console, timeout_s: float = 120.0) ->
         session.build()
         monitor, play_node = ConsoleMonitor(printer=console.print), rclpy.create_node("replayer")
         session.add(monitor, play_node)
-        session.start()
-        if session.bring_up(progress=lambda m: console.print(f"[dim]{m}[/]")):
+        failed = session.bring_up(progress=lambda m: console.print(f"[dim]{m}[/]"))
+        session.start()  # after the bring-up, as above
+        if failed:
             raise RuntimeError("asr_node failed to start")
         player = BagPlayer(play_node, bag, topics=["/audio/input"])
         player.start()

@@ -4,8 +4,8 @@ benchmark's stack host).
     with StackSession(StackSpec(profile="reachy_mini", sim=True)) as session:
         nodes = session.build()               # the spec's nodes (autostart off: we drive them)
         session.add(monitor, user)            # extra nodes: owned, torn down with the stack
-        session.start()                       # executor spinning in a background thread
         failed = session.bring_up(progress=print)   # configure + activate, in order
+        session.start()                       # executor spinning in a background thread
         ...
     # exit: lifecycle shutdown (reverse order), executor shut down, nodes destroyed, rclpy down
 
@@ -137,7 +137,11 @@ class StackSession:
     ) -> list[str]:
         """configure + activate the stack's lifecycle nodes in order; the names that failed.
 
-        ``progress("starting <name>")`` before each one; ``after_each(node)`` after every node.
+        Call it before ``start()``: rclpy's ActionClient joins its node's waitables before it is
+        fully built, and an executor iterating them at that moment dies (AttributeError
+        ``_lock``; seen once with llm_node's tool clients), so nothing may spin the nodes while
+        configure creates them. ``progress("starting <name>")`` before each one;
+        ``after_each(node)`` after every node.
         """
         return bring_up_all(self.stack_nodes, progress=progress, after_each=after_each)
 

@@ -290,11 +290,13 @@ class Speaker:
         nothing was playing or queued."""
         with self._lock:
             current = self._current
-            if turn_id and (current is None or current.turn_id != turn_id):
-                pending = self._turns.get(turn_id)
-                if pending is None or pending.done.is_set():
+            if turn_id:
+                # a stop names one turn: if that turn is over (finished, or already cut off by a
+                # newer one), there is nothing to stop, even while it is still the last current
+                named = self._turns.get(turn_id)
+                if named is None or named.done.is_set() or named.outstanding == 0:
                     return None
-                current = pending
+                current = named
             busy = [t for t in self._turns.values() if t.outstanding > 0]
             if not busy:
                 return None
