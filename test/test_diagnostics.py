@@ -141,7 +141,12 @@ def test_failed_configure_is_an_error_with_the_reason(node_process, unique_ns):
     with ros_node("diag_probe") as (node, ex):
         diag = Diagnostics(node, unique_ns)
         _level, message, values = diag.wait(
-            ex, "perception_node", lambda level, *_: level == "ERROR", 60, [proc]
+            ex,
+            "perception_node",
+            # the first ERROR goes out during the transition (configuring); wait for its end
+            lambda level, _m, v: level == "ERROR" and v.get("lifecycle_state") == "unconfigured",
+            60,
+            [proc],
         )
     assert values["lifecycle_state"] == "unconfigured", values
     assert message.startswith("unconfigured: configure failed:") and "Cosmos" in message, message
