@@ -208,13 +208,3 @@ def shut_down_lifecycle(nodes: list[Node]) -> None:
                 node.trigger_shutdown()
             except Exception as exc:
                 node.get_logger().error(f"shutdown failed: {exc!r}")
-
-
-def shut_down_all(nodes: list[Node]) -> None:
-    """Lifecycle shutdown in reverse order, then destroy (``StackSession`` does this on exit)."""
-    shut_down_lifecycle(nodes)
-    for node in reversed(nodes):
-        try:
-            node.destroy_node()
-        except Exception as exc:
-            node.get_logger().error(f"destroy failed: {exc!r}")
