@@ -23,7 +23,11 @@ setup(
     ],
     install_requires=["setuptools"],
     # `colcon test` runs pytest only when the package declares it as a test dependency
-    extras_require={"test": ["pytest", "pytest-timeout"]},
+    extras_require={
+        "test": ["pytest", "pytest-timeout"],
+        # the GPU desktop that serves the LLM to robots (docs/remote.md); the robot needs nothing
+        "server": ["llama-cpp-python[server]"],
+    },
     zip_safe=False,
     maintainer="bolt_agent maintainers",
     maintainer_email="maintainers@bolt-agent.dev",

@@ -39,3 +39,17 @@ def node_process(tmp_path: Path):
 def unique_ns(request) -> str:
     """A topic namespace unique to this test, so tests never see each other's traffic."""
     return "/t_" + "".join(c if c.isalnum() else "_" for c in request.node.name)[:60]
+
+
+def pytest_addoption(parser) -> None:
+    parser.addoption(
+        "--fuzz-long",
+        action="store_true",
+        help="run the test_fuzz_* Hypothesis suites with 10,000 cases each (default: 2,000)",
+    )
+
+
+def pytest_configure(config) -> None:
+    """The fuzz suites read their case count from here (``FUZZ_EXAMPLES``)."""
+    default = os.environ.get("BOLT_FUZZ_EXAMPLES", "2000")
+    os.environ["BOLT_FUZZ_EXAMPLES"] = "10000" if config.getoption("--fuzz-long") else default

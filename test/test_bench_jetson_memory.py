@@ -57,20 +57,25 @@ def test_jetson_profile_prediction():
     pred = jm.predict(jm.load_profile())
     assert pred["kv_owner_layers"] == 24 and pred["swa_layers"] == 20
     small, large = pred["profiles"]["4k"], pred["profiles"]["36k"]
-    # only the 4 full-attention cache layers grow with the context: 4 x 2 x 1024 x 2 B per token
+    # only the 4 full-attention cache layers grow with the context: 4 x 2 x 1024 values per
+    # token, in the profile's q8_0 cache (34 B per 32 values)
     growth = large["kv_bytes"]["total"] - small["kv_bytes"]["total"]
-    assert growth == 4 * 2 * 1024 * 2 * (36864 - 4096)
+    assert growth == 4 * 2 * 1024 * (36864 - 4096) * 34 // 32
     assert 3.5 < pred["weights_bytes"] / 1e9 < 5.5
     assert small["total_gb"] < large["total_gb"] < 8.0
 
 
 def test_jetson_profile_runs_what_the_engine_passes_llama_cpp():
-    """The prediction assumes the engine's own settings (llm_node on the Jetson: all layers on the
-    GPU): the physical batch llama.cpp gets, the SWA cache size and flash attention."""
+    """The prediction assumes the engine's own settings for the profile's llm_node parameters
+    (all layers on the GPU): the physical batch llama.cpp gets, the cache type, the SWA cache size
+    and flash attention."""
     from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
 
-    runtime = jm.load_profile()["runtime"]
-    kwargs = LlamaEngine(LlamaConfig("bolt.gguf", n_gpu_layers=-1)).llama_kwargs()
+    profile = jm.load_profile()
+    runtime, params = profile["runtime"], profile["llm_node"]
+    keys = ("n_gpu_layers", "n_batch", "n_ubatch", "swa_full", "flash_attn", "cache_type_k")
+    kwargs = LlamaEngine(LlamaConfig("bolt.gguf", **{k: params[k] for k in keys})).llama_kwargs()
     assert runtime["n_ubatch"] == min(kwargs["n_batch"], kwargs["n_ubatch"])
     assert runtime["swa_full"] == kwargs["swa_full"]
-    assert runtime["flash_attn"] == kwargs["flash_attn"]
+    assert runtime["flash_attn"] == kwargs["flash_attn"] is True
+    assert runtime["cache_type"] == "Q8_0" and kwargs["type_k"] == 8  # GGML_TYPE_Q8_0

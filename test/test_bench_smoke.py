@@ -18,6 +18,8 @@ KEYS = (
     "stack_rss_overhead_mb",
     "jetson_predicted_gb_4k",
     "jetson_predicted_gb_36k",
+    "jetson_plan_llm_side_gb_4k",
+    "jetson_plan_robot_total_gb_4k",
     "stage_median_s",
 )
 

@@ -104,3 +104,29 @@ def test_real_gemma4_template_renders_with_our_messages():
     text = template.render(MESSAGES, TOOLS, Knobs(enable_thinking=False, conversational_mode=True))
     assert "<|turn>user\nNod for me.<turn|>" in text
     assert BREVITY_INSTRUCTION in text
+
+
+def test_few_shot_examples_render_as_earlier_turns_in_the_models_own_format():
+    """Issue 13: the profile's examples sit between the system turn and the history, with the
+    same turn shape (empty thought, speech, call, response) the model's own answer starts with."""
+    from bolt_agent.core.llm.dialogue import Dialogue
+    from bolt_agent.core.llm.profile import load_profile
+
+    profile = load_profile("reachy_mini")
+    dialogue = Dialogue(profile.persona, profile.example_messages())
+    dialogue.begin_turn("t1", "Hello robot.")
+    tools = profile.registry.as_openai()
+    text = ChatTemplate.bundled().render(dialogue.messages(), tools, Knobs(enable_thinking=False))
+    first = profile.examples[1]
+    call = first.calls[0]["arguments"]["animation_name"]
+    system_end = text.index("<turn|>")
+    example = text.index(f"<|turn>user\n{first.user}<turn|>")
+    spoken = text.index(
+        f"<|turn>model\n{THINK_OPEN}<channel|>{first.say}<|tool_call>call:"
+        f'trigger_reachy_animation{{animation_name:<|"|>{call}<|"|>'
+    )
+    assert system_end < example < spoken < text.index("<|turn>user\nHello robot.<turn|>")
+    assert text.endswith(f"<|turn>model\n{THINK_OPEN}<channel|>")  # the same opening
+    # with thinking on, neither examples nor the generation prompt carry the empty thought
+    on = ChatTemplate.bundled().render(dialogue.messages(), tools, Knobs(enable_thinking=True))
+    assert "<channel|>" not in on

@@ -416,6 +416,46 @@ def test_a_transcription_error_is_an_event_and_the_listener_keeps_working():
     assert asr.calls == [(True, 4 * WINDOW, 24 * WINDOW)] * 2
 
 
+def test_a_job_that_fails_outside_the_transcriber_is_reported_not_lost_in_its_future():
+    """The node's whisper futures are never read: an error after the transcription (here the
+    publisher of the transcript raising) must still come out as an event."""
+    probs = [0.0] * 4 + [0.9] * 20 + [0.0] * 16
+    config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=0, start_pad_ms=0)
+    delivered: list = []
+
+    def emit(event) -> None:
+        if isinstance(event, TranscriptEvent):
+            raise RuntimeError("publisher gone")
+        delivered.append(event)
+
+    runner = ManualRunner()
+    listener, _ = make(
+        probs, config, runner=runner, emit=emit, speculative_final=False, partial_interval_s=0.0
+    )
+    feed(listener, range(len(probs)))
+    runner.run_all()  # would raise here if the job's error escaped into its future
+    uid = delivered[0].utterance_id
+    assert delivered[-1] == TranscriptionFailed(uid, "final", "RuntimeError('publisher gone')")
+    assert listener.push(np.zeros(WINDOW, np.float32), block_stamp(99)) == []  # goes on
+
+
+def test_nan_and_inf_samples_never_reach_the_vad_or_the_transcriber():
+    seen: list[np.ndarray] = []
+
+    class Recording(ByPosition):
+        def __call__(self, windows):
+            seen.append(windows.copy())
+            return super().__call__(np.zeros_like(windows))
+
+    vad = VadSegmenter(VadConfig(), Recording([0.0]))
+    listener = Listener(FakeAsr(), ListenerSettings(), vad)
+    block = np.full(WINDOW, np.nan, np.float32)
+    block[:3] = [np.inf, -np.inf, 0.5]
+    listener.push(block.reshape(2, -1), BASE)
+    assert seen and all(np.isfinite(w).all() for w in seen)
+    assert seen[0][0, 2] == np.float32(0.5)  # real samples are kept as they are
+
+
 def test_settings_reject_an_unknown_echo_mode_and_update_at_run_time():
     with pytest.raises(ValueError, match="echo_mode"):
         ListenerSettings(echo_mode="loud")

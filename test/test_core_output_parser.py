@@ -232,3 +232,51 @@ def test_well_formed_streams_parse_the_same_under_any_chunking(speech, calls, as
     assert got == calls == [e.arguments for e in whole if isinstance(e, ToolCall)]
     assert p1.speech_text == p2.speech_text
     assert "".join(e.text for e in pieces if isinstance(e, SpeechDelta)) == p2.speech_text
+
+
+# --- complete markers in speech (issue 13) ---------------------------------------------------
+
+#: complete markers that neither open a block nor end the turn: dropped, never spoken
+DROPPED_MARKERS = [
+    "<channel|>",
+    "<tool_call|>",
+    "</tool_call>",
+    "</think>",
+    '<|"|>',
+    "<tool_response|>",
+    "<|think|>",
+    "<|channel>",
+]
+
+
+def test_an_end_of_channel_marker_at_the_very_end_is_not_spoken():
+    for chunks in (
+        ["Hello there.<channel|>"],
+        ["Hello there.", "<channel|>"],
+        chars("Hi.<|channel>"),
+    ):
+        events, parser = parse(chunks)
+        assert "<" not in parser.speech_text and "channel" not in parser.speech_text, chunks
+        assert [e.text for e in events if isinstance(e, Sentence)] == [parser.speech_text.strip()]
+
+
+def test_a_next_turn_opening_ends_the_turn():
+    events, parser = parse(["Bye now.<start_of_turn>user\nmore"])
+    assert parser.speech_text == "Bye now."
+    assert events[-1] == EndOfTurn("<start_of_turn>")
+    _, parser = parse(chars("Bye.<|turn>user\nmore"))
+    assert parser.speech_text == "Bye."
+
+
+plain = st.text(alphabet=st.sampled_from(list("abc .!,xyz")), max_size=12)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.lists(st.tuples(plain, st.sampled_from(DROPPED_MARKERS)), max_size=4), plain, splits)
+def test_complete_markers_are_dropped_wherever_they_fall_in_any_chunking(pieces, tail, sizes):
+    text = "".join(p + m for p, m in pieces) + tail
+    expected = "".join(p for p, _ in pieces) + tail
+    for chunks in ([text], split(text, sizes), chars(text)):
+        events, parser = parse(chunks)
+        assert parser.speech_text == expected, (chunks, parser.speech_text)
+        assert not any(isinstance(e, ToolCall | ToolCallError) for e in events)

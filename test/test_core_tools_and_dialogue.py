@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from bolt_agent.core.llm.chat_template import ChatTemplate, Knobs
 from bolt_agent.core.llm.dialogue import INTERRUPTED_MARKER, Dialogue, Step
 from bolt_agent.core.llm.profile import load_profile
 from bolt_agent.core.llm.tool_grammar import build_grammar
+from bolt_agent.core.paths import config_dir
 from bolt_agent.core.tools.registry import ToolConfigError, ToolRegistry
 
 
@@ -88,7 +90,11 @@ def test_grammar_follows_tool_choice(reachy):
     with pytest.raises(ValueError, match="unknown tool"):
         build_grammar(reg, "fly")
     # strings in calls cannot hide a marker such as </tool_call>; speech starts speakably
-    npc = load_profile("blacksmith_npc").registry
+    # (the shop's items are a catalog enum now: a free-string item shows the string rule)
+    entries = yaml.safe_load((config_dir() / "profiles" / "blacksmith_npc.yaml").read_text())
+    sell = next(t for t in entries["tools"] if t["name"] == "sell_to_player")
+    sell["parameters"]["properties"]["item"] = {"type": "string"}
+    npc = ToolRegistry.from_config([sell])
     grammar = build_grammar(npc, "sell_to_player")
     assert r'char ::= [^"\\<]' in grammar
     assert '"1" | "2"' in grammar  # quantity 1..10 as an exact enum
@@ -155,3 +161,168 @@ def test_hundred_turns_stay_within_the_context_and_keep_the_system_prompt():
         turn.steps.append(Step(content=f"It is {2 * i}. " * 8))
     assert d.dropped_turns > 50
     assert prompt_tokens(d.messages()) <= limit + 200  # only the last answer may be over
+
+
+# --- few-shot examples (issue 13) ------------------------------------------------------------
+
+
+def test_reachy_examples_cover_every_animation_and_speak_before_each_call(reachy):
+    enum = reachy.registry.as_openai()[0]["function"]["parameters"]["properties"]
+    shown = {c["arguments"]["animation_name"] for ex in reachy.examples for c in ex.calls}
+    assert shown == set(enum["animation_name"]["enum"])
+    assert all(ex.say for ex in reachy.examples)
+
+
+def test_blacksmith_examples_sell_and_buy_with_item_and_price():
+    npc = load_profile("blacksmith_npc")
+    calls = [c for ex in npc.examples for c in ex.calls]
+    sells = [c for c in calls if c["name"] == "sell_to_player"]
+    buys = [c for c in calls if c["name"] == "buy_from_player"]
+    assert sells and buys
+    assert all(c["arguments"]["item"] for c in sells + buys)
+    assert all(isinstance(c["arguments"]["offered_price"], int) for c in buys)
+    for ex in npc.examples:  # the reply names what the call copies: item and price
+        for c in ex.calls:
+            if c["name"] in ("sell_to_player", "buy_from_player"):
+                assert c["arguments"]["item"] in ex.say, ex
+            if c["name"] == "buy_from_player":
+                assert str(c["arguments"]["offered_price"]) in ex.say, ex
+
+
+def test_examples_are_rendered_but_never_history(reachy):
+    examples = reachy.example_messages()
+    dialogue = Dialogue(reachy.persona, examples)
+    dialogue.begin_turn("t1", "Hello.")
+    messages = dialogue.messages()
+    assert messages[1 : 1 + len(examples)] == examples
+    assert [t.turn_id for t in dialogue.turns] == ["t1"]
+    assert dialogue.mark_interrupted("t1", "") and len(dialogue.messages()) == len(messages) + 1
+    # budgeting drops real turns only: the examples stay in the (KV-cached) prefix
+    for i in range(30):
+        dialogue.begin_turn(f"u{i}", "word " * 40)
+    template = ChatTemplate.bundled()
+    count = dialogue.fit(lambda m: len(template.render(m, None, Knobs()).split()), 900)
+    assert dialogue.dropped_turns > 0 and count <= 900
+    assert dialogue.messages()[1 : 1 + len(examples)] == examples
+
+
+def test_a_context_too_small_for_the_examples_gives_them_up_not_the_turn(reachy):
+    """n_ctx too small for system + examples + the request: this turn's nearest exchanges go
+    first, then the static examples from the last one; system prompt and request stay."""
+    examples = reachy.example_messages()
+    nearest = [{"role": "user", "content": "near " * 30}, {"role": "assistant", "content": "x"}]
+    dialogue = Dialogue(reachy.persona, examples, nearest=lambda text: nearest)
+    template = ChatTemplate.bundled()
+
+    def words(messages) -> int:
+        return len(template.render(messages, None, Knobs()).split())
+
+    dialogue.begin_turn("t1", "Please look around.")
+    full = words(dialogue.messages())
+    limit = full - 40  # the nearest exchange (~31 words) is not enough: one example goes too
+    count = dialogue.fit(words, limit)
+    assert count <= limit and dialogue.dropped_examples >= 1
+    messages = dialogue.messages()
+    assert nearest[0] not in messages and messages[0]["content"] == reachy.persona
+    assert messages[-1] == {"role": "user", "content": "Please look around."}
+    assert dialogue.examples == examples[: len(examples) - dialogue.dropped_examples]
+    # far too small: every example goes, the turn still renders
+    assert dialogue.fit(words, 60) > 0 and dialogue.examples == []
+    assert dialogue.messages()[-1]["content"] == "Please look around."
+
+
+def test_an_example_the_model_may_not_produce_is_a_clear_error(tmp_path):
+    data = yaml.safe_load((config_dir() / "profiles" / "reachy_mini.yaml").read_text())
+    bad_call = {"name": "trigger_reachy_animation", "arguments": {"animation_name": "moonwalk"}}
+    for entry, words in (
+        ({"user": "Dance!", "say": "Sure.", "calls": [bad_call]}, "moonwalk"),
+        ({"user": "Hi", "say": "tool_call| hello"}, "not speakable"),
+        ({"user": "Nod", "say": "", "calls": []}, "says nothing first"),
+    ):
+        path = tmp_path / "p.yaml"
+        path.write_text(yaml.safe_dump({**data, "examples": [entry]}))
+        with pytest.raises(ValueError, match=words):
+            load_profile(str(path))
+
+
+# --- tool choice (issue 13 follow-up): retrieval few-shot, catalog enums ---------------------
+
+
+def test_the_nearest_example_comes_right_before_the_user_turn_and_is_never_history(reachy):
+    examples = reachy.example_messages()
+    dialogue = Dialogue(reachy.persona, examples, reachy.nearest(1))
+    dialogue.begin_turn("t1", "Could you peek around the whole room?")
+    messages = dialogue.messages()
+    nearest = reachy.nearest_examples("Could you peek around the whole room?", 1)[0]
+    assert nearest.calls[0]["arguments"]["animation_name"] == "scan_room"
+    shown = nearest.messages()
+    start = 1 + len(examples)
+    assert messages[1:start] == examples  # the static prefix is untouched (KV reuse)
+    assert messages[start : start + len(shown)] == shown
+    assert messages[start + len(shown)] == {
+        "role": "user",
+        "content": "Could you peek around the whole room?",
+    }
+    assert [t.turn_id for t in dialogue.turns] == ["t1"]
+    assert dialogue.turns[0].messages() == [messages[start + len(shown)]]
+    # the next turn's prompt no longer holds it; its own nearest example sits before it instead
+    preview = dialogue.preview("Please wave to the neighbours.")
+    dialogue.begin_turn("t2", "Please wave to the neighbours.")
+    after = dialogue.messages()
+    assert after == preview
+    assert after[start] == {"role": "user", "content": "Could you peek around the whole room?"}
+    wave = reachy.nearest_examples("Please wave to the neighbours.", 1)[0].messages()
+    assert after[-1 - len(wave) : -1] == wave and wave != shown
+
+
+def test_nearest_examples_are_lexical_and_closest_last(reachy):
+    two = reachy.nearest_examples("Nodding would mean yes, right?", 2)
+    assert len(two) == 2
+    assert two[-1].calls[0]["arguments"]["animation_name"] == "happy_nod"
+    assert reachy.nearest_examples("zzz qqq", 2) == []  # no shared word: nothing is added
+    assert reachy.nearest_examples("Nod.", 0) == [] and reachy.nearest(0) is None
+
+
+def test_catalog_items_are_an_enum_in_the_grammar_and_llama_cpp_accepts_it():
+    from llama_cpp import Llama
+    from llama_cpp import llama_cpp as capi
+
+    from bolt_agent.core.models import resolve_model
+
+    catalog = yaml.safe_load((config_dir() / "game_state.yaml").read_text())["shop"]["items"]
+    names = [i["name"] for i in catalog]
+    registry = load_profile("blacksmith_npc").registry
+    for tool in ("sell_to_player", "buy_from_player"):
+        item = registry.get(tool).parameters["properties"]["item"]
+        assert item["enum"] == names and "enum_from" not in item
+    assert "war hammer" in names
+    assert registry.validate("sell_to_player", {"item": "war"}) is not None
+    assert registry.validate("sell_to_player", {"item": "war hammer"}) is None
+    vocab = Llama(str(resolve_model("", kind="llm")), vocab_only=True, verbose=False)
+    for call_format in ("gemma4", "json"):
+        grammar = build_grammar(registry, "sell_to_player", call_format=call_format)
+        assert all(f'"{n}' in grammar for n in names), call_format
+        sampler = capi.llama_sampler_init_grammar(vocab._model.vocab, grammar.encode(), b"root")
+        assert sampler, call_format
+        capi.llama_sampler_free(sampler)
+
+
+def test_enum_from_a_missing_catalog_is_a_clear_error(tmp_path):
+    entry = {
+        "name": "sell",
+        "binding": {"type": "execute_tool", "action": "game/execute_tool"},
+        "parameters": {
+            "type": "object",
+            "properties": {"item": {"type": "string", "enum_from": {"file": "nope.yaml"}}},
+        },
+    }
+    with pytest.raises(ToolConfigError, match="enum_from"):
+        ToolRegistry.from_config([entry])
+
+
+def test_a_turn_that_may_call_no_tool_gets_no_nearest_example(reachy):
+    dialogue = Dialogue(reachy.persona, [], reachy.nearest(2))
+    user = {"role": "user", "content": "Nod, please."}
+    assert dialogue.preview("Nod, please.", nearest=False) == [*dialogue.messages(), user]
+    dialogue.begin_turn("t1", "Nod, please.", nearest=False)
+    assert len(dialogue.messages()) == 2

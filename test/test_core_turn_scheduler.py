@@ -10,6 +10,7 @@ from bolt_agent.core.llm.profile import load_profile
 from bolt_agent.core.llm.scripted_engine import ScriptedEngine
 from bolt_agent.core.llm.turn_runner import RunnerConfig, TurnRequest, TurnRunner
 from bolt_agent.core.llm.turn_scheduler import NotActiveError, TurnScheduler
+from bolt_agent.core.turn_metrics import turn_outcome
 from turn_sinks import RecordingSink
 
 NO_THINK = Knobs(enable_thinking=False)
@@ -38,14 +39,95 @@ def test_turns_run_in_order_and_their_futures_hold_the_results():
     h = Harness(["Hello there.", "Second answer."])
     h.scheduler.start()
     first = h.scheduler.submit("t1", "hi", NO_THINK, RecordingSink())
+    assert h.scheduler.run_pending() == 1
     second = h.scheduler.submit("t2", "again", NO_THINK, RecordingSink())
-    assert not first.done()
-    assert h.scheduler.run_pending() == 2
+    assert not second.done()
+    assert h.scheduler.run_pending() == 1
     assert first.result().spoken_text == "Hello there."
     assert second.result().spoken_text == "Second answer."
     assert h.cancelled == []  # nothing was in progress when t2 was queued
-    assert h.after == 1  # memory is released once nothing waits, not between queued turns
+    assert h.after == 2
     assert h.scheduler.current_turn == ""
+
+
+def test_a_newer_final_supersedes_queued_ones():
+    """Finals B and C arrive while A runs: A is cancelled, B never runs, C answers."""
+    h = Harness(["one two three four five six seven eight.", "Never said.", "Fine."])
+    sched = h.scheduler
+    later: dict = {}
+    b_sink = RecordingSink()
+
+    def on_token(n: int) -> None:
+        if n == 2 and not later:
+            later["b"] = sched.submit("B", "first", NO_THINK, b_sink)
+            later["c"] = sched.submit("C", "second", NO_THINK, RecordingSink())
+
+    h.engine.on_token = on_token
+    sched.start()
+    a = sched.submit("A", "count", NO_THINK, RecordingSink())
+    sched.run_pending()
+    assert a.result().cancelled
+    b = later["b"].result(timeout=0)
+    assert b.cancelled and b.steps == 0 and b_sink.events == [("end", 0)]
+    assert later["c"].result(timeout=0).spoken_text == "Never said."  # the next script
+    assert len(h.engine.prompts) == 2 and "second" in h.engine.prompts[1]
+    assert "first" not in h.engine.prompts[1].split("count")[-1]  # B never reached the model
+    assert sched.dropped == 1 and h.cancelled == [("A", "new utterance")]
+
+
+def test_a_cancel_between_marking_the_turn_current_and_the_runner_read_is_not_lost():
+    """The window the issue found: the turn is current, the runner has not read its
+    generation yet, a cancel lands. Driven deterministically through make_request, which runs
+    exactly there."""
+    h = Harness(["one two three four five."])
+    sched = h.scheduler
+
+    def make_request(turn_id, text, knobs):
+        assert sched.current_turn == turn_id
+        assert sched.cancel("teleop mute") == turn_id
+        return TurnRequest(turn_id, text, NO_THINK, "none")
+
+    sched._make_request = make_request
+    sched.start()
+    done = sched.submit("t1", "talk", NO_THINK, RecordingSink())
+    sched.run_pending()
+    result = done.result(timeout=0)
+    assert result.cancelled and result.spoken_text == "" and result.completion_tokens == 0
+    assert h.cancelled == [("t1", "teleop mute")]
+
+
+def test_a_cancel_while_queued_drops_the_turn_and_later_turns_still_run():
+    h = Harness(["Later answer."])
+    sched = h.scheduler
+    sched.start()
+    muted = sched.submit("t1", "talk", NO_THINK, RecordingSink())
+    assert sched.cancel("teleop mute") == ""  # nothing in progress, but t1 is now stale
+    sched.run_pending()
+    assert muted.result(timeout=0).cancelled and h.engine.prompts == []
+    later = sched.submit("t2", "again", NO_THINK, RecordingSink())
+    sched.run_pending()
+    assert later.result(timeout=0).spoken_text == "Later answer."
+
+
+def test_a_failed_turn_ends_clearly_with_the_apology_and_is_counted():
+    h = Harness(["unused."])
+    failures: list[tuple[str, str]] = []
+    sched = TurnScheduler(
+        h.runner,
+        lambda *a: (_ for _ in ()).throw(RuntimeError("llama_decode returned -1")),
+        on_failure=lambda kind, message: failures.append((kind, message)),
+        failure_reply="Sorry, I lost my train of thought.",
+    )
+    sink = RecordingSink()
+    sched.start()
+    done = sched.submit("t1", "hi", NO_THINK, sink)
+    sched.run_pending()
+    with pytest.raises(RuntimeError, match="llama_decode"):
+        done.result(timeout=0)
+    assert sink.events == [("sentence", 0, "Sorry, I lost my train of thought."), ("end", 1)]
+    assert turn_outcome(sink.results[0]) == "failed: llama_decode returned -1"
+    assert failures and failures[0][0] == "turn" and "llama_decode" in failures[0][1]
+    assert sched.current_turn == ""
 
 
 def test_a_new_turn_cancels_the_one_in_progress():
@@ -124,6 +206,7 @@ def test_a_failing_turn_is_reported_and_the_worker_goes_on():
     h.scheduler._make_request = make_request
     h.scheduler.start()
     bad = h.scheduler.submit("bad", "x", NO_THINK, RecordingSink())
+    h.scheduler.run_pending()
     good = h.scheduler.submit("good", "y", NO_THINK, RecordingSink())
     h.scheduler.run_pending()
     with pytest.raises(ValueError, match="no such tool choice"):

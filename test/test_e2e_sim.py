@@ -51,7 +51,7 @@ def test_the_run_bag_replays_to_the_same_transcripts(reachy_run):
     replay = bolt_agent("sim", "--replay", str(out / "bag"))
     result = json.loads(replay.stdout[replay.stdout.index("{") :])
     assert replay.returncode == 0, result
-    assert len(result["recorded"]) == 3 and result["same"]
+    assert len(result["recorded"]) == 3 and result["same"], (result, replay.stderr[-3000:])
 
 
 def test_blacksmith_scenario_passes(tmp_path):

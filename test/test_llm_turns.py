@@ -100,7 +100,11 @@ def test_prewarm_leaves_the_turn_only_its_last_token_and_keeps_the_history(engin
     warmed = runner.prewarm(TurnRequest("t2", "Can you wave at the", knobs, "none"))
     stats = runner.run(TurnRequest("t2", "Can you wave at me?", knobs, "none"), RecordingSink())
     new = stats.stats[0].prompt_tokens - stats.stats[0].reused_tokens
-    assert 0 < new < warmed / 2, (warmed, stats.stats[0])  # from "me?" on; the rest was warm
+    # from "me?" on; the rest was warm. (Earlier model turns now open as the generation prompt
+    # does, so the prewarm no longer re-prefills the previous answer: `warmed` is small, and the
+    # bound is the differing tail itself rather than a share of it.)
+    tail = engine.count_tokens("me?<turn|>\n<|turn>model\n<|channel>thought\n<channel|>")
+    assert 0 < new <= tail + 1 < warmed, (warmed, tail, stats.stats[0])
 
 
 def test_cancel_stops_within_one_decode_step(engine):
@@ -199,3 +203,112 @@ def test_max_steps_bounds_tool_chaining():
     )
     assert result.steps == 3
     assert len(result.tool_calls) == 2  # the last step is words only (tools not offered)
+
+
+# --- speakable, spoken-first (issue 13) ------------------------------------------------------
+
+
+def test_a_goal_without_a_sentence_before_it_gets_the_filler_first():
+    call = (
+        '<|tool_call>call:trigger_reachy_animation{animation_name:<|"|>happy_nod<|"|>}<tool_call|>'
+    )
+    runner = scripted_runner([call, "There you go."], filler_sentence="Okay.")
+    sink = RecordingSink()
+    result = runner.run(TurnRequest("t1", "nod", Knobs(enable_thinking=False)), sink)
+    assert sink.events[1:3] == [
+        ("sentence", 0, "Okay."),
+        ("dispatch", "trigger_reachy_animation", {"animation_name": "happy_nod"}),
+    ]
+    assert result.fillers == 1
+    assert runner.dialogue.turns[-1].steps[0].content == "Okay."  # history: what was said
+
+
+def test_free_mode_drops_markup_fragments_and_logs_them(caplog):
+    runner = scripted_runner(
+        [
+            "tool_call| Sure, I nod now. |tool_response|>playback:type:boolean| "
+            '<|tool_call>call:trigger_reachy_animation{animation_name:<|"|>happy_nod<|"|>}'
+            "<tool_call|>",
+            "Done. {status: ok}",
+        ]
+    )
+    sink = RecordingSink()
+    with caplog.at_level("WARNING", logger="bolt_agent.llm"):
+        result = runner.run(TurnRequest("t1", "nod", Knobs(enable_thinking=False)), sink)
+    said = [e[2] for e in sink.events if e[0] == "sentence"]
+    assert said == ["Sure, I nod now.", "Done."]
+    assert sink.kinds().index("dispatch") == 1  # the model's own sentence came first
+    assert "tool_call|" in result.dropped and "dropped unspeakable" in caplog.text
+    assert result.fillers == 0
+    assert [s.content for s in runner.dialogue.turns[-1].steps] == ["Sure, I nod now.", "Done."]
+
+
+def test_constrained_turns_with_few_shot_are_speakable_and_spoken_first(engine):
+    """The real base model with the profile's examples: every sentence speakable, every goal
+    after a sentence, the examples kept out of the history."""
+    from bolt_agent.core.llm.speakable import is_speakable
+
+    profile = load_profile("reachy_mini")
+    runner = TurnRunner(
+        engine,
+        Dialogue(profile.persona, profile.example_messages()),
+        profile.registry,
+        RunnerConfig(sampling=SamplingParams(seed=3), constrained=True, max_steps=2),
+    )
+    knobs = Knobs(enable_thinking=False, conversational_mode=True)
+    for i, text in enumerate(("Spin your head to see the room.", "Greet my cat.")):
+        sink = RecordingSink()
+        result = runner.run(TurnRequest(f"t{i}", text, knobs, "required"), sink)
+        said = [e[2] for e in sink.events if e[0] == "sentence"]
+        assert said and all(is_speakable(s) for s in said), said
+        kinds = sink.kinds()
+        assert "dispatch" in kinds and "sentence" in kinds[: kinds.index("dispatch")], kinds
+        assert not result.dropped
+    assert [t.turn_id for t in runner.dialogue.turns] == ["t0", "t1"]
+    assert runner.dialogue.messages()[1]["content"] == profile.examples[0].user
+
+
+def test_nearest_example_is_in_the_turns_prompt_only_and_the_blacksmith_sells_catalog_items(
+    engine,
+):
+    """Retrieval few-shot with the real model: the nearest example is in the prompt of its own
+    turn (right before the request), not in the next turn's, not in the history; every item the
+    grammar lets the model name is a full catalog name."""
+    import yaml
+
+    from bolt_agent.core.paths import config_dir
+
+    profile = load_profile("blacksmith_npc")
+    catalog = yaml.safe_load((config_dir() / "game_state.yaml").read_text())["shop"]["items"]
+    dialogue = Dialogue(profile.persona, profile.example_messages(), profile.nearest(1))
+    runner = TurnRunner(
+        engine,
+        dialogue,
+        profile.registry,
+        RunnerConfig(sampling=SamplingParams(seed=5), constrained=True, max_steps=1),
+    )
+    knobs = Knobs(enable_thinking=False, conversational_mode=True)
+    render = runner._renderer(knobs)
+    first = "Would you buy my horseshoe for 2 gold?"
+    nearest = profile.nearest_examples(first, 1)[0]
+    static = render(dialogue.preview("hello")).count(nearest.user)  # in the static examples
+    second = "I want to buy a horseshoe."
+    assert profile.nearest_examples(second, 1)[0] != nearest
+    calls = []
+    for i, text in enumerate((first, second)):
+        sink = RecordingSink()
+        prompt = render(dialogue.preview(text))
+        if i == 0:  # after the static examples, right before the request
+            assert prompt.count(nearest.user) == static + 1
+            last_static = prompt.rindex(profile.examples[-1].user)
+            assert last_static < prompt.rindex(nearest.user) < prompt.rindex(first)
+        else:  # the next turn's prompt no longer holds it
+            assert prompt.count(nearest.user) == static and first in prompt
+        runner.run(TurnRequest(f"t{i}", text, knobs, "required"), sink)
+        calls += [e for e in sink.events if e[0] == "dispatch"]
+    assert dialogue.turns[-1].turn_id == "t1"  # (t0 may be dropped: n_ctx 2048 here)
+    assert all(m.get("content") != nearest.user for t in dialogue.turns for m in t.messages())
+    names = {i["name"] for i in catalog}
+    assert calls
+    for _, _, arguments in calls:
+        assert arguments.get("item", "iron sword") in names, arguments

@@ -37,7 +37,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, String
 
 from bolt_agent.nodes.base import descriptor, parameter_fields
-from bolt_agent.nodes.llm_node import LlmParams
+from bolt_agent.nodes.llm_params import LlmParams
 from bolt_agent.nodes.qos import AUDIO, LATCHED, RELIABLE
 from bolt_agent.stack.table import defaults, select
 from bolt_agent_interfaces.action import PlayAnimation

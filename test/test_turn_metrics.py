@@ -57,6 +57,16 @@ def test_first_stamps_keep_the_earliest_and_turn_end_the_latest():
         record.merge(PartialMetrics("t", "llm", {"lunch": 1}))
 
 
+def test_a_failure_from_any_source_wins_over_ok_and_network_ttft_is_kept():
+    record = TurnRecord("t")
+    record.merge(PartialMetrics("t", "llm", {"turn_end": ms(9)}, {"network_ttft_s": 0.25}, "ok"))
+    record.merge(PartialMetrics("t", "asr", {"speech_end": ms(0)}, {}, "failed: whisper raised"))
+    record.merge(PartialMetrics("t", "tts", {"first_audio": ms(5)}, {}, "ok"))
+    assert record.outcome == "failed: whisper raised"
+    assert record.to_dict()["counters"]["network_ttft_s"] == 0.25
+    assert TurnRecord("none").outcome == ""
+
+
 def test_typed_turn_measures_from_asr_final_and_missing_stages_are_none():
     record = TurnRecord("typed")
     record.merge(PartialMetrics("typed", "llm", {"asr_final": ms(0), "first_speech": ms(300)}))

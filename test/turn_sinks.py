@@ -10,6 +10,7 @@ from bolt_agent.core.llm.turn_runner import ToolResult
 class RecordingSink:
     def __init__(self, result_for=lambda name, args: ToolResult(ok=True, result={"ok": True})):
         self.events: list[tuple] = []
+        self.results: list = []  # TurnResult per turn end
         self.result_for = result_for
 
     def on_first_token(self, turn_id):
@@ -32,6 +33,7 @@ class RecordingSink:
 
     def on_turn_end(self, turn_id, seq, result):
         self.events.append(("end", seq))
+        self.results.append(result)
 
     def kinds(self):
         return [e[0] for e in self.events if e[0] in ("sentence", "dispatch")]

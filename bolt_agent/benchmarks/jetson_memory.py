@@ -165,7 +165,27 @@ def load_profile(path: str | Path | None = None) -> dict[str, Any]:
         from bolt_agent.core.paths import config_dir
 
         path = config_dir() / "jetson_profile.yaml"
-    return yaml.safe_load(Path(path).read_text())
+    profile = yaml.safe_load(Path(path).read_text())
+    if "llm_node" in profile:  # one source: the runtime is what the engine passes llama.cpp
+        kw = engine_settings(profile)
+        profile["runtime"].update(
+            n_ubatch=min(kw["n_batch"], kw["n_ubatch"]),
+            cache_type=profile["llm_node"]["cache_type_k"].upper(),
+            swa_full=kw["swa_full"],
+            flash_attn=kw["flash_attn"],
+        )
+    return profile
+
+
+def engine_settings(profile: dict[str, Any]) -> dict[str, Any]:
+    """What ``LlamaEngine`` passes llama.cpp for the profile's ``llm_node`` parameters."""
+    from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
+
+    p = profile["llm_node"]
+    keys = ("n_ctx", "n_gpu_layers", "n_batch", "n_ubatch", "swa_full", "flash_attn")
+    keys += ("cache_type_k", "cache_type_v", "use_mmap", "embeddings")
+    engine = LlamaEngine(LlamaConfig("bolt.gguf", **{k: p[k] for k in keys if k in p}))
+    return {**engine.llama_kwargs(), "model_params": engine.model_params(), "config": p}
 
 
 def tensor_bytes(groups: list[dict[str, Any]]) -> dict[str, int]:

@@ -48,6 +48,7 @@ def model_bytes() -> dict[str, int]:
 
 def jetson(result: dict[str, Any]) -> dict[str, Any]:
     from bolt_agent.benchmarks import jetson_memory as jm
+    from bolt_agent.benchmarks.jetson_plan import build_plan
     from bolt_agent.core.models import resolve_model
 
     pred = jm.predict(jm.load_profile())
@@ -65,6 +66,11 @@ def jetson(result: dict[str, Any]) -> dict[str, Any]:
     result["jetson_predicted_gb_36k"] = pred["profiles"]["36k"]["total_gb"]
     result["jetson_target_only_gb_4k"] = pred["profiles"]["4k"]["target_gb"]
     result["jetson_target_only_gb_36k"] = pred["profiles"]["36k"]["target_gb"]
+    # the resident-memory plan (bolt-agent jetson-plan): mmap'ed embeddings count only the rows
+    # in use; the figures above count every weight resident (an upper bound)
+    plan = build_plan()
+    for key in ("llm_side_gb_4k", "llm_side_gb_36k", "robot_total_gb_4k", "robot_total_gb_36k"):
+        result[f"jetson_plan_{key}"] = plan[key]
     return {
         "prediction": pred,
         "calculator_check": check,

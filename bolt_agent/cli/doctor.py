@@ -125,7 +125,69 @@ def _memory(table: Table) -> None:
     )
 
 
-def run_doctor(profile: str = "reachy_mini", llm: str = "") -> int:
+def _llm_params(params_file: str) -> dict:
+    """llm_node's parameters from a ROS parameter file (``/**/llm_node``, ``llm_node`` or
+    ``/**`` keys), over the installed defaults."""
+    import yaml
+
+    from bolt_agent.core.paths import config_dir
+
+    merged: dict = {}
+    for path in [str(config_dir() / "params" / "llm_node.yaml"), params_file]:
+        if not path:
+            continue
+        with open(path) as f:
+            data = yaml.safe_load(f) or {}
+        for key in ("/**", "llm_node", "/llm_node", "/**/llm_node"):
+            merged.update((data.get(key) or {}).get("ros__parameters", {}))
+    return merged
+
+
+def _remote(table: Table, report: Report, params_file: str) -> None:
+    """engine: openai — the key's variable, the server's models, one streamed token."""
+    import time
+
+    from bolt_agent.core.llm.remote import RemoteConfig, RemoteEngine, api_key_from_env
+    from bolt_agent.core.llm.types import EngineError, SamplingParams
+
+    p = _llm_params(params_file)
+    if p.get("engine", "local") != "openai":
+        table.add_row("LLM server", "not used", "engine: local")
+        return
+    url = p.get("base_url", "")
+    try:
+        key = api_key_from_env(p.get("api_key_env", ""))
+        config = RemoteConfig(
+            base_url=url,
+            api_key=key,
+            model=p.get("remote_model", ""),
+            api=p.get("remote_api", "completions"),
+            timeout_s=float(p.get("remote_timeout_s", 10.0)),
+        )
+        engine = RemoteEngine(config)
+        models = engine.models()
+        if config.model and config.model not in models:
+            raise EngineError(f"model {config.model!r} not served (served: {models})")
+        t0 = time.monotonic()
+        prompt = engine.chat_template.render([{"role": "user", "content": "Hi"}])
+        session = engine.start(prompt)
+        session.step(SamplingParams(temperature=0.0))
+        session.close()
+        ttft = time.monotonic() - t0
+    except EngineError as exc:  # RemoteError: refused, http, dropped, stalled
+        table.add_row("LLM server", "[red]unreachable", f"{url}: {exc}")
+        report.problems.append(f"LLM server ({config_name(p)}): {exc}")
+        return
+    fallback = p.get("remote_fallback", "none")
+    details = f"{url} {config.api}, models {models}, first token {ttft:.2f}s, fallback {fallback}"
+    table.add_row("LLM server", "ok", details)
+
+
+def config_name(p: dict) -> str:
+    return f"{p.get('remote_api', 'completions')} {p.get('base_url', '')}"
+
+
+def run_doctor(profile: str = "reachy_mini", llm: str = "", params_file: str = "") -> int:
     console = Console()
     report = Report()
     table = Table(title="bolt-agent doctor", show_lines=False)
@@ -137,6 +199,7 @@ def run_doctor(profile: str = "reachy_mini", llm: str = "") -> int:
     _audio(table, report)
     _cameras(table, report)
     _llama(table)
+    _remote(table, report, params_file)
     _memory(table)
     console.print(table)
     for w in report.warnings:
@@ -152,4 +215,11 @@ def add_parser(sub) -> None:
     p = sub.add_parser("doctor", help="check Python, ROS 2, models, audio, cameras, memory")
     p.add_argument("--profile", default="reachy_mini", help="profile whose needs are checked")
     p.add_argument("--llm", default="", help="LLM model name/path to check (default: config)")
-    p.set_defaults(func=lambda a: run_doctor(profile=a.profile, llm=a.llm))
+    p.add_argument(
+        "--params-file",
+        default="",
+        help="llm_node parameter YAML (engine: openai → the server is checked)",
+    )
+    p.set_defaults(
+        func=lambda a: run_doctor(profile=a.profile, llm=a.llm, params_file=a.params_file)
+    )

@@ -16,6 +16,8 @@ VERB_MODULES = (
     "bolt_agent.cli.sim",
     "bolt_agent.cli.metrics",
     "bolt_agent.cli.bench",
+    "bolt_agent.cli.eval",
+    "bolt_agent.cli.jetson_plan",
 )
 
 

@@ -38,7 +38,8 @@ _HEADERS = {
 def partial_from_msg(msg) -> PartialMetrics:
     """A TurnMetrics message → the core's plain record (stamps in ns, 0 when absent)."""
     stamps = {s: getattr(msg, s).sec * 10**9 + getattr(msg, s).nanosec for s in STAGES}
-    return PartialMetrics(msg.turn_id, msg.source, stamps, {c: getattr(msg, c) for c in COUNTERS})
+    counters = {c: getattr(msg, c) for c in COUNTERS}
+    return PartialMetrics(msg.turn_id, msg.source, stamps, counters, msg.outcome)
 
 
 def render(table: TurnTable) -> Table:

@@ -32,9 +32,18 @@ COUNTERS = (
     "draft_tokens",
     "accepted_tokens",
     "decode_tok_s",
+    "network_ttft_s",
 )
 _LATEST = {"tool_done", "turn_end"}  # stages where a later stamp wins; for the rest the earliest
 DEFAULT_SOURCES = ("asr", "llm", "tts")
+
+
+def turn_outcome(result: Any) -> str:
+    """A finished LLM turn's ``TurnMetrics.outcome`` (``result``: a ``TurnResult``): failed with
+    the reason, cancelled, or ok."""
+    if result.failure:
+        return f"failed: {result.failure}"[:200]
+    return "cancelled" if result.cancelled else "ok"
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,7 @@ class PartialMetrics:
     source: str
     stamps: Mapping[str, int] = field(default_factory=dict)
     counters: Mapping[str, float] = field(default_factory=dict)
+    outcome: str = ""
 
 
 @dataclass
@@ -53,6 +63,7 @@ class TurnRecord:
     stamps: dict[str, int] = field(default_factory=dict)
     counters: dict[str, float] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
+    outcome: str = ""  # ok | cancelled | failed: <reason> (from whichever source knows it)
     last_update: float = 0.0  # caller's clock (seconds), for the settle rule
 
     def merge(self, partial: PartialMetrics, now: float = 0.0) -> None:
@@ -67,6 +78,8 @@ class TurnRecord:
         for name, value in partial.counters.items():
             if value:
                 self.counters[name] = max(self.counters.get(name, 0), value)
+        if partial.outcome and (not self.outcome or self.outcome == "ok"):
+            self.outcome = partial.outcome  # a failure reported by any source wins over ok
         if partial.source not in self.sources:
             self.sources.append(partial.source)
         self.last_update = now
@@ -100,6 +113,7 @@ class TurnRecord:
             "stamps_ns": dict(self.stamps),
             "latency_ms": self.latencies_ms(),
             "counters": dict(self.counters),
+            "outcome": self.outcome,
         }
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rclpy._rclpy_pybind11 import RCLError
-from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.action import CancelResponse, GoalResponse
 from rclpy.action.server import ServerGoalHandle
 from rclpy.callback_groups import ReentrantCallbackGroup
 
@@ -131,8 +131,7 @@ class AnimationNode(BoltNode):
             String, "teleop/animation", self._on_teleop_animation, qos.RELIABLE,
             callback_group=inputs,
         )  # fmt: skip
-        self.action_server = ActionServer(
-            self,
+        self.action_server = self.create_action_server(
             PlayAnimation,
             "animation/play",
             execute_callback=self._execute,

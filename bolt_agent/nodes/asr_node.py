@@ -9,8 +9,11 @@ as soon as a silence begins and published when the VAD confirms the end, so whis
 behind the `min_silence_ms` wait). `tts/state` tells the listener when the robot speaks
 (`echo_mode: gate` ignores the mic; `barge_in` needs louder, longer speech and flags it).
 `audio/input` is subscribed best effort (sensor-data QoS): a microphone driver's best-effort
-stream and our reliable publishers both match. Failed transcriptions and unreadable audio blocks
-are logged and counted in `/diagnostics`; they never end the node.
+stream and our reliable publishers both match. Every received block is checked before it is
+converted (rate, channels, whole frames, `max_chunk_s`); queued audio is capped at
+`max_queued_s` (a flood is dropped, not buffered without bound). Refused blocks, failed
+transcriptions and failed whisper jobs are logged and counted in `/diagnostics`; they never end
+the node.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from bolt_agent.core.speech.listener import (
     TranscriptEvent,
     TranscriptionFailed,
     VoiceActivityEvent,
+    audio_block_problem,
 )
 from bolt_agent.core.speech.vad_segmenter import SAMPLE_RATE, VadConfig, VadSegmenter
 from bolt_agent.nodes import qos
@@ -192,6 +196,19 @@ class AsrParams:
         low=0.01,
         high=3600.0,
     )
+    max_chunk_s: float = param(
+        2.0,
+        "longest audio/input block in s that is accepted; a longer one is refused and counted",
+        low=0.01,
+        high=600.0,
+    )
+    max_queued_s: float = param(
+        30.0,
+        "audio in s allowed to wait for the VAD thread; blocks beyond it are dropped and "
+        "counted (a flood must not grow memory without bound)",
+        low=0.1,
+        high=3600.0,
+    )
 
 
 def _time(ns: int) -> Time:
@@ -252,6 +269,8 @@ class AsrNode(BoltLifecycleNode):
             return TransitionCallbackReturn.FAILURE
         if engine.fallback_reason:
             self.get_logger().warning(engine.fallback_reason)
+        elif engine.device_reason:
+            self.get_logger().info(engine.device_reason)
         self._engine, self._model_name = engine, model_dir.name
         self._vad_config = VadConfig(
             threshold=p.vad_threshold,
@@ -364,10 +383,19 @@ class AsrNode(BoltLifecycleNode):
             )
 
     def _take_audio_msg(self, msg: AudioChunk) -> None:
+        why = audio_block_problem(
+            len(msg.samples), msg.channels, msg.sample_rate, self.params.max_chunk_s
+        )
+        if why is not None:
+            raise ValueError(why)
         x = to_mono(int16_to_float(np.asarray(msg.samples, dtype=np.int16)), msg.channels)
         rate = int(msg.sample_rate) or SAMPLE_RATE
         if rate != SAMPLE_RATE:
-            resampler = self._resamplers.setdefault(rate, StreamResampler(rate, SAMPLE_RATE))
+            resampler = self._resamplers.get(rate)
+            if resampler is None:  # (not setdefault: it would build a resampler every block)
+                if len(self._resamplers) >= 4:
+                    self._resamplers.clear()  # a rate changing every block: bounded state
+                resampler = self._resamplers[rate] = StreamResampler(rate, SAMPLE_RATE)
             x = resampler.process(x)
         stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
         self._enqueue(x, stamp or self.get_clock().now().nanoseconds)
@@ -376,7 +404,14 @@ class AsrNode(BoltLifecycleNode):
         if not self._active:  # inactive: nothing reads the queue
             return
         with self._queued_lock:
-            self._queued += len(chunk)
+            full = self._queued + len(chunk) > self.params.max_queued_s * SAMPLE_RATE
+            if not full:
+                self._queued += len(chunk)
+        if full:
+            message = f"audio dropped: more than max_queued_s {self.params.max_queued_s} s queued"
+            self.record_failure("audio_overflow", message, log=False)
+            self.get_logger().error(message, throttle_duration_sec=5.0)
+            return
         self._q.put((chunk, stamp_ns))
 
     def _on_tts(self, msg: TtsState) -> None:
@@ -437,6 +472,11 @@ class AsrNode(BoltLifecycleNode):
                 f"utterance {event.utterance_id}: {event.stage} transcription failed: "
                 f"{event.error}",
             )
+            if event.stage == "final":  # the utterance's turn ends here: say so in its metrics
+                # (a partial or speculative failure is not: the final still comes)
+                reason = f"failed: final transcription: {event.error}"[:200]
+                metrics = TurnMetrics(turn_id=event.utterance_id, source="asr", outcome=reason)
+                self._metrics_pub.publish(metrics)
 
     # --- diagnostics -------------------------------------------------------------------------
     def diagnostic_values(self) -> dict[str, Any]:

@@ -14,6 +14,10 @@ its ``status()`` changes. The level comes from the lifecycle state (not active: 
 failed: ERROR), else from the last ``status()``, raised to WARN for a background failure in the
 last ``RECENT_FAILURE_S``; the values are the node's ``diagnostic_values()`` (model, device, queue
 depth) plus ``last_error`` and the failure counters kept by ``record_failure``.
+
+Callbacks: every subscription, timer, service and action-server callback made through the base
+is guarded (``bolt_agent/nodes/guard.py``, ``CallbackGuardMixin``): what it raises is logged,
+counted (``failures.callback``) and swallowed instead of ending the process.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from rclpy.parameter import Parameter
 from std_msgs.msg import String
 
 from bolt_agent.nodes import qos
+from bolt_agent.nodes.guard import ACTION_SERVICE_QOS, CallbackGuardMixin  # noqa: F401 - re-exported
 
 P = TypeVar("P")
 
@@ -149,7 +154,7 @@ def build_params(params_cls: type[P], values: dict[str, Any]) -> P:
     return params_cls(**{f.name: values[f.name] for f in parameter_fields(params_cls)})
 
 
-class _BoltNodeMixin:
+class _BoltNodeMixin(CallbackGuardMixin):
     """Parameter declaration/validation, the latched ``~/status`` and ``/diagnostics`` shared by
     all nodes."""
 

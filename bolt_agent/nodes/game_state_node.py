@@ -13,7 +13,6 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from rclpy.action import ActionServer
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from std_msgs.msg import String
 
@@ -41,8 +40,8 @@ class GameStateNode(BoltNode):
         state_file = self.params.state_file
         self.tools = GameTools(GameState.load(state_file))
         self.state_pub = self.create_publisher(String, "game/state", qos.LATCHED)
-        self.server = ActionServer(
-            self, ExecuteTool, "game/execute_tool", self._execute,
+        self.server = self.create_action_server(
+            ExecuteTool, "game/execute_tool", self._execute,
             callback_group=MutuallyExclusiveCallbackGroup(),
         )  # fmt: skip
         self._refused = 0  # tool calls answered success=false

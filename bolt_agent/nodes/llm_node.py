@@ -17,10 +17,9 @@ import threading
 import uuid
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass
 from typing import Any
 
-from rclpy.action import ActionServer, CancelResponse, GoalResponse
+from rclpy.action import CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.lifecycle import TransitionCallbackReturn
 
@@ -46,7 +45,8 @@ from bolt_agent.core.llm.types import EngineError, SamplingParams
 from bolt_agent.core.memory import release_free_memory
 from bolt_agent.core.models import ModelNotFoundError, resolve_model
 from bolt_agent.nodes import runtime
-from bolt_agent.nodes.base import BoltLifecycleNode, param
+from bolt_agent.nodes.base import BoltLifecycleNode
+from bolt_agent.nodes.llm_params import LlmParams
 from bolt_agent.nodes.metrics import TurnMetricsPublisher
 from bolt_agent.nodes.qos import LATCHED, RELIABLE
 from bolt_agent.nodes.tool_dispatcher import ToolDispatcher
@@ -58,108 +58,6 @@ from bolt_agent_interfaces.msg import (
     TtsState,
     VoiceActivity,
 )
-
-
-@dataclass(frozen=True)
-class LlmParams:
-    """llm_node parameters; config/params/llm_node.yaml mirrors the defaults."""
-
-    model: str = param(
-        "", "model name from config/models.yaml or a GGUF path ('' = default llm)", load_time=True
-    )
-    n_ctx: int = param(4096, "context window (up to 65536 for Bolt E4B)", load_time=True, low=128)
-    n_gpu_layers: int = param(
-        0, "layers offloaded to the GPU (-1 = all; Jetson)", load_time=True, low=-1
-    )
-    n_threads: int = param(2, "CPU threads for llama.cpp decoding", load_time=True, low=1)
-    n_threads_batch: int = param(
-        0, "CPU threads for prompt prefill (0 = n_threads)", load_time=True, low=0
-    )
-    n_batch: int = param(256, "prompt batch size", load_time=True, low=1)
-    n_ubatch: int = param(
-        256,
-        "physical batch: compute buffer n_vocab x n_ubatch x 4 B, SWA cache n_swa + n_ubatch cells",
-        load_time=True,
-        low=1,
-    )
-    swa_full: bool = param(
-        False, "full-size sliding-window KV cache (n_ctx cells per SWA layer)", load_time=True
-    )
-    flash_attn: str = param(
-        "auto",
-        "on | off | auto (on with GPU layers)",
-        load_time=True,
-        choices=("on", "off", "auto"),
-    )
-    chat_template: str = param(
-        "", "Jinja chat template override ('' = GGUF's own, else bundled)", load_time=True
-    )
-    speculative: str = param(
-        "none",
-        "none | dflash | ngram | draft_model (falls back with a logged reason)",
-        load_time=True,
-        choices=("none", "dflash", "ngram", "draft_model"),
-    )
-    draft_model: str = param("", "DFlash drafter or draft GGUF: model name or path", load_time=True)
-    spec_n_max: int = param(7, "draft tokens per speculative step", load_time=True, low=1, high=64)
-    spec_p_min: float = param(
-        0.0, "stop a draft below this drafter probability", load_time=True, low=0.0, high=1.0
-    )
-    profile: str = param(
-        "reachy_mini", "persona + tools: config/profiles/<name>.yaml", load_time=True
-    )
-    temperature: float = param(
-        1.0, "sampling temperature (seed default 1.0)", load_time=True, low=0.0
-    )
-    top_p: float = param(
-        0.95, "nucleus sampling (seed default 0.95)", load_time=True, low=0.0, high=1.0
-    )
-    top_k: int = param(64, "top-k sampling (seed default 64)", load_time=True, low=0)
-    min_p: float = param(0.0, "min-p sampling (0 = off)", load_time=True, low=0.0, high=1.0)
-    seed: int = param(-1, "sampling seed (-1 = random)", load_time=True)
-    enable_thinking: bool = param(True, "default for requests: reason before answering")
-    thinking_token_budget: int = param(-1, "default thinking budget in tokens (-1 = unset)", low=-1)
-    conversational_mode: bool = param(False, "default: inject the brevity instruction")
-    tool_choice: str = param("auto", "auto | none | required | <tool name> (first step of a turn)")
-    constrained: str = param(
-        "auto",
-        "GBNF output: on | off | auto (on when the GGUF has no template)",
-        load_time=True,
-        choices=("on", "off", "auto"),
-    )
-    max_steps: int = param(
-        3, "model steps per turn (tool results → continuation)", load_time=True, low=1
-    )
-    max_new_tokens: int = param(192, "tokens per step", load_time=True, low=1)
-    max_thinking_tokens: int = param(
-        512, "safety cap on thinking when no budget is set", load_time=True, low=0
-    )
-    max_speech_chars: int = param(
-        160, "constrained mode: characters of speech per step", load_time=True, low=1
-    )
-    max_calls_per_step: int = param(
-        1, "constrained mode: tool calls per step", load_time=True, low=0
-    )
-    first_clause_chars: int = param(
-        0,
-        "> 0: the first sentence of a turn may end at a clause (', ; :') this long, for TTS",
-        load_time=True,
-        low=0,
-    )
-    cancel_tools_on_cancel: bool = param(
-        True, "cancel a turn's tool goals when the turn is cancelled"
-    )
-    barge_in_cancels: bool = param(True, "a barge-in cancels generation and speech")
-    prefill_on_partial: bool = param(
-        True,
-        "prefill the prompt at start-up, speech start and partial transcripts (KV prefix reuse)",
-    )
-    tool_server_wait_s: float = param(
-        2.0, "how long to wait for a tool's action server", load_time=True, low=0.0
-    )
-    release_memory_after_turn: bool = param(
-        True, "malloc_trim after each turn (returns freed heap pages; ~10-20 ms, after the turn)"
-    )
 
 
 class LlmNode(BoltLifecycleNode):
@@ -184,7 +82,7 @@ class LlmNode(BoltLifecycleNode):
             profile = load_profile(p.profile)
             model_path = resolve_model(p.model, kind="llm")
             draft_path = str(resolve_model(p.draft_model, kind="drafter")) if p.draft_model else ""
-            self.engine = LlamaEngine(
+            load_local = lambda: LlamaEngine(  # noqa: E731 (also the remote engine's fallback)
                 LlamaConfig(
                     model_path=str(model_path),
                     n_ctx=p.n_ctx,
@@ -195,6 +93,10 @@ class LlmNode(BoltLifecycleNode):
                     n_ubatch=p.n_ubatch,
                     swa_full=p.swa_full,
                     flash_attn=p.flash_attn,
+                    cache_type_k=p.cache_type_k,
+                    cache_type_v=p.cache_type_v,
+                    use_mmap=p.use_mmap,
+                    embeddings=p.embeddings,
                     chat_template=p.chat_template,
                     speculative=p.speculative,
                     draft_model=draft_path,
@@ -202,6 +104,7 @@ class LlmNode(BoltLifecycleNode):
                     spec_p_min=p.spec_p_min,
                 )
             ).load()
+            self.engine = self._load_engine(str(model_path), load_local)
         except (ModelNotFoundError, EngineError, FileNotFoundError, ValueError) as exc:
             self.record_failure("configure", f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
@@ -219,9 +122,16 @@ class LlmNode(BoltLifecycleNode):
             max_speech_chars=p.max_speech_chars,
             max_calls_per_step=p.max_calls_per_step,
             first_clause_chars=p.first_clause_chars,
+            filler_sentence=profile.filler,
         )
         self.profile = profile
-        self.runner = TurnRunner(self.engine, Dialogue(profile.persona), profile.registry, config)
+        few_shot = {"on": True, "off": False}.get(p.few_shot, constrained)
+        examples = profile.example_messages() if few_shot else []
+        nearest = profile.nearest(p.few_shot_nearest) if few_shot else None
+        dialogue = Dialogue(profile.persona, examples, nearest)
+        self.runner = TurnRunner(self.engine, dialogue, profile.registry, config)
+        if hasattr(self.engine, "watch_cancel"):  # a cancel closes the remote stream at once
+            self.engine.watch_cancel(lambda: self.runner.cancel_token)
         self.scheduler = TurnScheduler(
             self.runner,
             self._request,
@@ -229,6 +139,7 @@ class LlmNode(BoltLifecycleNode):
             after_turn=self._after_turn,
             logger=self.get_logger(),
             on_failure=lambda kind, message: self.record_failure(kind, message, log=False),
+            failure_reply=self.params.failure_reply,
         )
         self._make_entities()
         self.get_logger().info(
@@ -239,6 +150,37 @@ class LlmNode(BoltLifecycleNode):
         if self.engine.speculation is not None:
             self.get_logger().info(f"speculative decoding: {self.engine.speculation.summary()}")
         return TransitionCallbackReturn.SUCCESS
+
+    def _load_engine(self, model_path: str, load_local) -> Any:
+        """The local engine, or the server (engine: openai) with its optional local fallback."""
+        p = self.params
+        if p.engine == "local":
+            return load_local()
+        from bolt_agent.core.llm.remote import RemoteConfig, api_key_from_env, build_remote_engine
+
+        config = RemoteConfig(
+            base_url=p.base_url,
+            api_key=api_key_from_env(p.api_key_env),
+            model=p.remote_model,
+            api=p.remote_api,
+            timeout_s=p.remote_timeout_s,
+            grammar_field=p.remote_grammar_field,
+            n_ctx=p.n_ctx,
+        )
+        engine = build_remote_engine(
+            config,
+            model_path,
+            load_local if p.remote_fallback == "local" else None,
+            warm=p.remote_fallback_warm,
+            chat_template=p.chat_template,
+            on_fallback=self._on_remote_fallback,
+        )
+        self.get_logger().info(f"LLM server: {engine.describe()}")
+        return engine
+
+    def _on_remote_fallback(self, reason: str) -> None:
+        self.get_logger().warning(f"LLM server failed ({reason}): turn goes on with local engine")
+        self.record_failure("remote_fallback", f"LLM server failed: {reason}", log=False)
 
     def _make_entities(self) -> None:
         io = MutuallyExclusiveCallbackGroup()
@@ -271,8 +213,7 @@ class LlmNode(BoltLifecycleNode):
                         Bool, topic, cb, profile, callback_group=io, event_callbacks=quiet
                     )
                 )
-        self._converse = ActionServer(
-            self,
+        self._converse = self.create_action_server(
             Converse,
             "llm/converse",
             execute_callback=self._execute_converse,
@@ -354,6 +295,12 @@ class LlmNode(BoltLifecycleNode):
             done: Future = Future()
             done.set_exception(NotActiveError("llm_node is not active"))
             return done
+        if len(text) > self.params.max_prompt_chars:
+            why = f"turn {turn_id}: {len(text)} chars over max_prompt_chars; refused"
+            self.record_failure("bad_input", why)
+            refused: Future = Future()
+            refused.set_exception(ValueError(why))
+            return refused
         sink = sink or _Sink(self)
         sink.node = self
         return self.scheduler.submit(turn_id, text, knobs or self.default_knobs(), sink)
@@ -412,6 +359,16 @@ class LlmNode(BoltLifecycleNode):
         if engine is None:
             return {"model": "(not loaded)", "device": "", "queue_depth": 0}
         speculation = engine.speculation.summary() if engine.speculation is not None else "none"
+        if hasattr(engine, "describe"):  # engine: openai (core/llm/remote)
+            return {
+                "model": engine.describe(),
+                "device": "remote",
+                "chat_template": engine.chat_template.name,
+                "remote_ttft_s": f"{engine.last_ttft_s:.3f}" if engine.last_ttft_s else "",
+                "remote_fallbacks": getattr(engine, "fallbacks", 0),
+                "queue_depth": scheduler.pending() if scheduler is not None else 0,
+                "tool_errors": self._tool_errors,
+            }
         return {
             "model": engine.config.model_path,
             "device": f"GPU ({p.n_gpu_layers} layers)" if p.n_gpu_layers else "CPU",

@@ -7,7 +7,7 @@ import threading
 from builtin_interfaces.msg import Time
 from rclpy.node import Node
 
-from bolt_agent.core.turn_metrics import STAGES
+from bolt_agent.core.turn_metrics import STAGES, turn_outcome
 from bolt_agent.nodes.qos import RELIABLE
 from bolt_agent_interfaces.msg import TurnMetrics
 
@@ -46,6 +46,7 @@ class TurnMetricsPublisher:
         self.stamp(turn_id, "turn_end")
         decode_s = sum(s.decode_s for s in result.stats)
         generated = sum(s.generated for s in result.stats)
+        first = result.stats[0] if result.stats else None
         return self.publish(
             turn_id,
             prompt_tokens=result.prompt_tokens,
@@ -54,4 +55,6 @@ class TurnMetricsPublisher:
             draft_tokens=sum(s.drafted for s in result.stats),
             accepted_tokens=sum(s.accepted for s in result.stats),
             decode_tok_s=generated / decode_s if decode_s > 0 else 0.0,
+            network_ttft_s=first.prefill_s if first is not None and first.remote else 0.0,
+            outcome=turn_outcome(result),
         )

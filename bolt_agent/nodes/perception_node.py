@@ -66,6 +66,12 @@ class PerceptionParams:
     )
     vlm_model: str = param("", "vlm: model / TensorRT engine on the Jetson", load_time=True)
     vlm_endpoint: str = param("", "vlm: the runtime's URL", load_time=True)
+    max_image_pixels: int = param(
+        3840 * 2160,
+        "largest camera/image_raw image (width x height) accepted; a larger one is refused "
+        "and counted before any copy is made",
+        low=1,
+    )
 
 
 class PerceptionNode(BoltLifecycleNode):
@@ -169,6 +175,11 @@ class PerceptionNode(BoltLifecycleNode):
         self._process(frame, publish_image=True)
 
     def _on_image(self, msg: Image) -> None:
+        if msg.width * msg.height > self.params.max_image_pixels:
+            why = f"camera/image_raw: {msg.width}x{msg.height} over max_image_pixels; dropped"
+            self.get_logger().error(why, throttle_duration_sec=5.0)
+            self.record_failure("bad_image", why, log=False)
+            return
         try:
             frame = from_image_fields(
                 msg.height, msg.width, msg.encoding, msg.step, msg.data, msg.is_bigendian

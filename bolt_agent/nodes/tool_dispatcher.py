@@ -2,7 +2,9 @@
 
 Every failure becomes a ``ToolResult`` with an error the model can read: a dead or absent action
 server, a rejected goal, a timeout (the goal is cancelled), or an aborted goal. Goals of a turn are
-remembered so a barge-in can cancel them.
+remembered so a barge-in can cancel them. Nothing here raises into a caller or the executor: an
+error in a response callback settles the tool's future with that error (the turn goes on), and
+a failing request in the drain is logged and the rest still run.
 
 Goal, result and cancel requests are sent from a guard-condition callback in the action clients'
 own mutually exclusive callback group, never from the caller's thread: rclpy's ActionClient
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import queue
 import threading
 from concurrent.futures import Future, InvalidStateError
@@ -28,6 +31,7 @@ from bolt_agent.core.tools.registry import Tool, ToolRegistry
 from bolt_agent_interfaces.action import ExecuteTool, PlayAnimation
 
 _ACTION_TYPES = {"play_animation": PlayAnimation, "execute_tool": ExecuteTool}
+log = logging.getLogger(__name__)
 
 
 class ToolDispatcher:
@@ -60,6 +64,14 @@ class ToolDispatcher:
 
     def dispatch(self, turn_id: str, name: str, arguments: dict[str, Any]) -> Future[ToolResult]:
         """Send the goal; never raises. Call from a non-executor thread (it may wait briefly)."""
+        try:
+            return self._dispatch(turn_id, name, arguments)
+        except Exception as exc:  # a bad goal field, a destroyed client: the model reads it
+            future: Future[ToolResult] = Future()
+            future.set_result(ToolResult(ok=False, error=f"{name}: not dispatched: {exc!r}"))
+            return future
+
+    def _dispatch(self, turn_id: str, name: str, arguments: dict[str, Any]) -> Future[ToolResult]:
         future: Future[ToolResult] = Future()
         tool = self._registry.get(name)
         if tool.binding.motion and self.motion_held:
@@ -106,7 +118,10 @@ class ToolDispatcher:
                 request = self._requests.get_nowait()
             except queue.Empty:
                 return
-            request()
+            try:
+                request()
+            except Exception as exc:  # one failed request must not end the executor
+                self._node.get_logger().error(f"tool request failed: {exc!r}")
 
     # --- internals ---------------------------------------------------------------------------
     @staticmethod
@@ -140,6 +155,12 @@ class ToolDispatcher:
         )
 
     def _on_result(self, result_future, future, turn_id, handle, tool, timer) -> None:
+        try:
+            self._take_result(result_future, future, turn_id, handle, tool, timer)
+        except Exception as exc:  # a dead server's broken result: the turn still gets one
+            _settle(future, ToolResult(ok=False, error=f"{tool.name}: no result: {exc!r}"))
+
+    def _take_result(self, result_future, future, turn_id, handle, tool, timer) -> None:
         timer.cancel()
         with self._lock:
             if handle in self._goals.get(turn_id, []):
@@ -161,14 +182,17 @@ class ToolDispatcher:
         _settle(future, outcome)
 
     def _on_timeout(self, future, sent, tool) -> None:
-        send_future = sent.get("future")
-        if send_future is not None and send_future.done():
-            handle = send_future.result()
-            if handle is not None and handle.accepted:
-                self._submit(handle.cancel_goal_async)
-        _settle(
+        _settle(  # first: the turn must get its result whatever the cancel below does
             future, ToolResult(ok=False, error=f"{tool.name}: timed out after {tool.timeout_s}s")
         )
+        send_future = sent.get("future")
+        try:
+            if send_future is not None and send_future.done():
+                handle = send_future.result()
+                if handle is not None and handle.accepted:
+                    self._submit(handle.cancel_goal_async)
+        except Exception as exc:  # the goal was never sent: nothing to cancel
+            log.info(f"{tool.name}: no goal to cancel after the timeout ({exc!r})")
 
 
 def _settle(future: Future, result: ToolResult) -> None:

@@ -6,6 +6,14 @@ plays while the next ones are synthesised. A stop (`tts/stop`, a barge-in, `tele
 `tts/speak` goal with `interrupt`) bumps a generation counter, drops the queues, aborts the
 output and publishes in `tts/state` exactly what was played (words proportional to samples).
 
+Output device loss: a watch timer (``device_check_s``) asks the player whether its device went
+away (stream ended, callback stalled, or the ``pulse_sink`` vanished / PulseAudio moved the stream
+off it). Then the node reports (status ERROR, ``failures.output_lost``, a log line), stops the
+current speech (``tts/state`` interrupted with the words played until then; the rest of the
+turn is dropped, not replayed), closes the stream, refuses audio meanwhile (sentences dropped
+and counted as ``no_output``) and reopens on the configured device every ``retry_s`` until it is
+back; speech then resumes with the next sentence.
+
 The turn and stop bookkeeping is ``core.speech.speaker.Speaker``; this node wires it to ROS:
 parameters, topics, the Speak action, the synthesis and playback-tracking threads.
 """
@@ -15,15 +23,17 @@ from __future__ import annotations
 import array
 import itertools
 import json
+import os
 import queue
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from rclpy.action import ActionServer, CancelResponse
-from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.action import CancelResponse
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.lifecycle import TransitionCallbackReturn
 from std_msgs.msg import String
 
@@ -36,6 +46,7 @@ from bolt_agent.core.speech.audio_io import (
     list_devices,
 )
 from bolt_agent.core.speech.playback import PacedSink, Player
+from bolt_agent.core.speech.pulse_route import PulseRoute
 from bolt_agent.core.speech.speaker import (
     NOT_ACTIVE,
     Dropped,
@@ -97,6 +108,27 @@ class TtsParams:
         low=0.0,
         high=10.0,
     )
+    pulse_sink: str = param(
+        "",
+        "PulseAudio sink the output must play on, watched with pactl: if it disappears or the "
+        "stream is moved off it, the node reports, drops the current speech and reopens on it "
+        "once it is back; '' = $PULSE_SINK when set, 'none' = not watched",
+        load_time=True,
+    )
+    device_check_s: float = param(
+        0.5,
+        "period in s of the output device watch (stream ended, stalled, or off pulse_sink)",
+        load_time=True,
+        low=0.05,
+        high=60.0,
+    )
+    output_stall_s: float = param(
+        3.0,
+        "no audio callback for this long means the output device is gone",
+        load_time=True,
+        low=0.5,
+        high=60.0,
+    )
     stop_on_barge_in: bool = param(True, "stop speaking when asr/voice_activity reports a barge-in")
     retry_s: float = param(
         3.0,
@@ -107,6 +139,13 @@ class TtsParams:
     )
     release_memory_after_turn: bool = param(
         True, "malloc_trim once a turn is spoken (gives Piper's peak working memory back)"
+    )
+    max_text_chars: int = param(
+        2000,
+        "longest text accepted from speech/say, teleop/say or tts/speak; a longer one is "
+        "refused and counted (a flood or garbage must not queue minutes of synthesis)",
+        low=1,
+        high=1_000_000,
     )
 
 
@@ -122,6 +161,8 @@ class TtsNode(BoltLifecycleNode):
         self._done_q: queue.Queue[Sentence | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
         self._teleop_ids = itertools.count(1)
+        self._watch_timer: Any = None
+        self._lost_since = 0.0  # monotonic time the output was found lost (0: not lost)
 
     # --- lifecycle ---------------------------------------------------------------------------
     def configure(self) -> TransitionCallbackReturn:
@@ -148,8 +189,7 @@ class TtsNode(BoltLifecycleNode):
                 VoiceActivity, "asr/voice_activity", self._on_voice, qos.RELIABLE
             ),
         ]
-        self._action = ActionServer(
-            self,
+        self._action = self.create_action_server(
             Speak,
             "tts/speak",
             execute_callback=self._execute_speak,
@@ -168,7 +208,13 @@ class TtsNode(BoltLifecycleNode):
             self._sink = PacedSink(self._publish_audio, rate, block, on_done=done_q.put)
         else:
             latency = p.latency_s or "low"
-            self._sink = Player(p.device, rate, block, latency, on_done=done_q.put)
+            route = self._pulse_route()
+            self._sink = Player(p.device, rate, block, latency, done_q.put, route, p.output_stall_s)
+            self._watch_timer = self.create_timer(
+                p.device_check_s,
+                self._watch_output,
+                callback_group=MutuallyExclusiveCallbackGroup(),  # pactl: off the other callbacks
+            )
         self._speaker.start(self._sink)  # publishes the idle state
         self._threads = [
             threading.Thread(target=self._synth_loop, name="tts-synth", daemon=True),
@@ -183,12 +229,17 @@ class TtsNode(BoltLifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def deactivate(self) -> None:
+        if self._watch_timer is not None:
+            self.destroy_timer(self._watch_timer)
+            self._watch_timer = None
         self._speaker.shutdown()  # stops what plays; the synthesis thread ends
         self._done_q.put(None)
         for t in self._threads:
             t.join(timeout=5.0)
         if self._sink is not None:
             self._sink.close()
+            if isinstance(self._sink, Player) and self._sink.route is not None:
+                self._sink.route.close()  # its pactl subscribe process
             self._sink = None
 
     def cleanup(self) -> None:
@@ -202,6 +253,42 @@ class TtsNode(BoltLifecycleNode):
             self._engine = None
 
     # --- device ------------------------------------------------------------------------------
+    def _pulse_route(self) -> PulseRoute | None:
+        """The watched PulseAudio sink; a ``pulse_sink`` parameter also routes the stream there
+        (libpulse reads ``PULSE_SINK`` when the stream connects)."""
+        sink = self.params.pulse_sink or os.environ.get("PULSE_SINK", "")
+        if sink in ("", "none"):
+            return None
+        os.environ["PULSE_SINK"] = sink
+        return PulseRoute(sink)
+
+    def _watch_output(self) -> None:
+        """The watch timer: on a lost device, report, stop what plays, close and reopen."""
+        sink = self._sink
+        if not isinstance(sink, Player) or not self._active:
+            return
+        why = sink.lost()
+        if sink.route_error:
+            self.get_logger().warning(
+                f"cannot watch the PulseAudio sink: {sink.route_error}", throttle_duration_sec=60.0
+            )
+        if why is None:
+            return
+        self._lost_since = time.monotonic()
+        message = (
+            f"audio output lost: {why}; current speech dropped, reopening every "
+            f"{self.params.retry_s} s"
+        )
+        self.get_logger().error(message)
+        self.record_failure("output_lost", message, log=False)
+        # off the wrong device at once (a restart would fail or land there); from now on the
+        # speaker sees it closed and drops sentences (no_output). The stop reports what was
+        # played, from the player's progress, and also ends a sentence written while closing.
+        sink.close()
+        self._speaker.stop("", reason="audio output lost")
+        self.status("ERROR", message)
+        self.retry_until(lambda: self._open_sink(rescan=True), self.params.retry_s)
+
     def _open_sink(self, rescan: bool) -> bool:
         """Open the output; True once it is open (or gone: nothing left to retry)."""
         sink = self._sink
@@ -220,6 +307,12 @@ class TtsNode(BoltLifecycleNode):
             return False
         device = getattr(sink, "device", None)
         where = f"device {device.name!r}" if device else "topic audio/output"
+        route = getattr(sink, "route", None)
+        if route is not None:
+            where += f" (PulseAudio sink {route.sink!r})"
+        if self._lost_since:  # back after a loss (the speaker writes to it again)
+            where += f"; back {time.monotonic() - self._lost_since:.2f} s after it was lost"
+            self._lost_since = 0.0
         self.status("OK", f"audio output open on {where}")
         self.get_logger().info(f"audio output open on {where}")
         return True
@@ -249,13 +342,27 @@ class TtsNode(BoltLifecycleNode):
                 release_free_memory()  # after the turn: Piper's working memory goes back
 
     # --- inputs ------------------------------------------------------------------------------
+    def _refused(self, source: str, text: str) -> bool:
+        """Refuse (warn and count) a text over ``max_text_chars``."""
+        limit = self.params.max_text_chars
+        if len(text) <= limit:
+            return False
+        message = f"{source}: text of {len(text)} chars refused (max_text_chars {limit})"
+        self.get_logger().warning(message, throttle_duration_sec=5.0)
+        self.record_failure("bad_input", message, log=False)
+        return True
+
     def _on_say(self, msg: SpokenText) -> None:
+        if self._refused("speech/say", msg.text):
+            return
         turn_id = msg.turn_id or f"say-{uuid.uuid4().hex[:8]}"
         self._speaker.say(turn_id, msg.text, msg.is_last_in_turn)
 
     def _on_teleop(self, msg: String) -> None:
         # own prefix: llm_node names its teleop/prompt turns teleop-N, and a tts/stop for one of
         # those must not stop an operator's say
+        if self._refused("teleop/say", msg.data):
+            return
         turn_id = f"teleop-say-{next(self._teleop_ids)}"
         self._speaker.say(turn_id, msg.data, True, interrupt=True)
 
@@ -268,6 +375,9 @@ class TtsNode(BoltLifecycleNode):
 
     def _execute_speak(self, goal_handle) -> Speak.Result:
         goal = goal_handle.request
+        if self._refused("tts/speak", goal.text):
+            goal_handle.abort()
+            return Speak.Result(completed=False, spoken_text="")
         turn_id = f"speak-{uuid.uuid4().hex[:8]}"
         turn = self._speaker.say(turn_id, goal.text, True, interrupt=goal.interrupt)
         total, reported = max(1, len(split_sentences(goal.text))), -1
@@ -311,6 +421,8 @@ class TtsNode(BoltLifecycleNode):
             device = "topic audio/output"
         elif sink is not None and getattr(sink, "device", None) is not None and sink.is_open:
             device = f"speaker {sink.device.name!r}"
+            if getattr(sink, "route", None) is not None:
+                device += f" on PulseAudio sink {sink.route.sink!r}"
         else:
             device = f"speaker {p.device or 'default'!r} (not open)"
         waiting, playing = self._speaker.queued()

@@ -45,22 +45,57 @@ class Turn:
 
 
 class Dialogue:
-    """History that always fits the context window and never loses the system prompt."""
+    """History that always fits the context window and never loses the system prompt.
 
-    def __init__(self, system_prompt: str):
+    ``examples`` (few-shot turns from the profile) are rendered right after the system prompt,
+    as earlier turns in the model's own format, so a base model has a pattern to continue. They
+    are not history: never stored in ``turns``, never dropped by ``fit``, never interrupted, and
+    being part of the fixed prefix they stay in the reusable KV cache.
+
+    ``nearest`` (optional) maps the user's text to the exchanges most like it (retrieval
+    few-shot): they are rendered right before the *current* user turn only, because a base model
+    copies the most recent example best. Never stored in ``turns``: the next turn's prompt no
+    longer holds them, and the static examples before the history keep their cached prefix."""
+
+    def __init__(
+        self,
+        system_prompt: str,
+        examples: list[dict[str, Any]] | None = None,
+        nearest: Callable[[str], list[dict[str, Any]]] | None = None,
+    ):
         self.system_prompt = system_prompt
+        self.examples: list[dict[str, Any]] = list(examples or [])
+        self.nearest = nearest
         self.turns: list[Turn] = []
         self.dropped_turns = 0
+        self.dropped_examples = 0  # few-shot examples given up because the context is too small
+        self._nearest_turn = ""  # the turn the nearest exchanges were picked for
+        self._nearest_messages: list[dict[str, Any]] = []
 
     # --- building ------------------------------------------------------------------------------
-    def begin_turn(self, turn_id: str, user_text: str, scene: str | None = None) -> Turn:
+    def begin_turn(
+        self, turn_id: str, user_text: str, scene: str | None = None, nearest: bool = True
+    ) -> Turn:
+        """`nearest`: False for a turn that may call no tool (the examples teach calls)."""
         turn = Turn(turn_id=turn_id, user_text=self._user_content(user_text, scene))
         self.turns.append(turn)
+        self._nearest_turn = turn_id
+        self._nearest_messages = self._nearest_for(user_text) if nearest else []
         return turn
 
-    def preview(self, user_text: str, scene: str | None = None) -> list[dict[str, Any]]:
-        """The messages ``begin_turn(…, user_text, scene)`` would give, history unchanged."""
-        return [*self.messages(), {"role": "user", "content": self._user_content(user_text, scene)}]
+    def preview(
+        self, user_text: str, scene: str | None = None, nearest: bool = True
+    ) -> list[dict[str, Any]]:
+        """The messages ``begin_turn(…, user_text, scene, nearest)`` would give, history
+        unchanged."""
+        return [
+            *self._history(current_nearest=False),
+            *(self._nearest_for(user_text) if nearest else []),
+            {"role": "user", "content": self._user_content(user_text, scene)},
+        ]
+
+    def _nearest_for(self, user_text: str) -> list[dict[str, Any]]:
+        return list(self.nearest(user_text.strip())) if self.nearest else []
 
     @staticmethod
     def _user_content(user_text: str, scene: str | None) -> str:
@@ -74,8 +109,13 @@ class Dialogue:
         return self.turns[-1] if self.turns else None
 
     def messages(self) -> list[dict[str, Any]]:
-        out = [{"role": "system", "content": self.system_prompt}]
+        return self._history(current_nearest=True)
+
+    def _history(self, current_nearest: bool) -> list[dict[str, Any]]:
+        out = [{"role": "system", "content": self.system_prompt}, *self.examples]
         for turn in self.turns:
+            if current_nearest and turn is self.turns[-1] and turn.turn_id == self._nearest_turn:
+                out.extend(self._nearest_messages)
             out.extend(turn.messages())
         return out
 
@@ -104,16 +144,36 @@ class Dialogue:
     def fit(self, prompt_tokens: Callable[[list[dict[str, Any]]], int], limit: int) -> int:
         """Drop the oldest turns (never the system prompt or the current turn) until the rendered
         prompt takes at most `limit` tokens. When dropping, go down to 60 % of the limit so the
-        cached prefix stays valid for several turns. Returns the prompt's token count."""
+        cached prefix stays valid for several turns. Examples are help, not content: when the
+        system prompt, the examples and the current turn alone take more than that 60 %, this
+        turn's nearest exchanges go, then the static examples from the last one (for good: a
+        context this small cannot hold them and the history too; the prefix stays stable
+        afterwards). Returns the prompt's token count."""
         count = prompt_tokens(self.messages())
         if count <= limit:
             return count
         target = limit * 3 // 5
+        if self._nearest_messages and prompt_tokens(self._core()) > target:
+            self._nearest_messages = []
+        while self.examples and prompt_tokens(self._core()) > target:
+            self.examples.pop()
+            self.dropped_examples += 1
+        count = prompt_tokens(self.messages())
         while count > target and len(self.turns) > 1:
             self.turns.pop(0)
             self.dropped_turns += 1
             count = prompt_tokens(self.messages())
         return count
+
+    def _core(self) -> list[dict[str, Any]]:
+        """What every prompt of this turn holds: system prompt, examples, the current turn."""
+        out = [{"role": "system", "content": self.system_prompt}, *self.examples]
+        turn = self.current
+        if turn is not None:
+            if turn.turn_id == self._nearest_turn:
+                out.extend(self._nearest_messages)
+            out.extend(turn.messages())
+        return out
 
 
 def _take_prefix(text: str, spoken: str) -> str:

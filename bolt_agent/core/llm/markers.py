@@ -14,7 +14,16 @@ THINK_CLOSE = "<channel|>"
 THINK_BLOCKS = (("<|channel>thought", THINK_CLOSE), ("<think>", "</think>"))
 #: (open, close, kind) of a tool call: Gemma 4 ``call:NAME{...}`` or the constrained JSON form.
 CALL_BLOCKS = (("<|tool_call>", "<tool_call|>", "gemma4"), ("<tool_call>", "</tool_call>", "json"))
-#: Markers that end the model's turn (Gemma 4, Gemma 3, a tool-response opening, ChatML, EOS).
-TURN_ENDS = ("<turn|>", "<end_of_turn>", "<|tool_response>", "<|im_end|>", "<eos>")
+#: Markers that end the model's turn (Gemma 4, Gemma 3, a tool-response opening, ChatML, EOS),
+#: and the openings of a next turn (a base model continuing the transcript starts the user's).
+TURN_ENDS = (
+    "<turn|>",
+    "<end_of_turn>",
+    "<|tool_response>",
+    "<|im_end|>",
+    "<eos>",
+    "<|turn>",
+    "<start_of_turn>",
+)
 #: Thinking open/close markers: the answer grammar starts after them.
 PHASE_MARKERS = tuple(m for pair in THINK_BLOCKS for m in pair)

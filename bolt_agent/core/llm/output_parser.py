@@ -23,6 +23,8 @@ _THINK, _CALLS, _END = markers.THINK_BLOCKS, markers.CALL_BLOCKS, markers.TURN_E
 _ALL_MARKERS = (
     tuple(m for pair in _THINK for m in pair) + tuple(m for c in _CALLS for m in c[:2]) + _END
 )
+#: block closers met in speech (a stray ``<channel|>`` after an empty thought): never spoken
+_CLOSERS = tuple(pair[1] for pair in _THINK) + tuple(c[1] for c in _CALLS)
 _SPECIAL = re.compile(r"<\|[A-Za-z_\"]{1,24}\|?>|<[A-Za-z_\"]{1,24}\|>")
 _MAYBE_SPECIAL = re.compile(r"<\|?[A-Za-z_\"]{0,24}\|?")
 MAX_CALL_CHARS = 8192
@@ -128,11 +130,13 @@ class OutputParser:
         events: list[Event] = []
         if self.done:
             return events
+        if self._mode == "speech":  # nothing more will come: no marker prefix is held back
+            while self._buf and not self.done and self._mode == "speech":
+                self._step_speech(events, final=True)
         rest, self._buf = self._buf, ""
-        if self._mode == "speech":
-            if rest and not _MAYBE_SPECIAL.fullmatch(rest):
-                self._speech(rest, events)
-        elif self._mode == "think":
+        if self.done:
+            return events
+        if self._mode == "think":
             self._thinking(rest, events)
         elif self._mode == "call":
             events.append(ToolCallError(raw=rest, reason="unterminated tool call"))
@@ -142,7 +146,7 @@ class OutputParser:
         return events
 
     # --- modes ---------------------------------------------------------------------------------
-    def _step_speech(self, events: list[Event]) -> bool:
+    def _step_speech(self, events: list[Event], final: bool = False) -> bool:
         i = self._buf.find("<")
         if i < 0:
             self._speech(self._buf, events)
@@ -170,11 +174,18 @@ class OutputParser:
                 self.done = True
                 events.append(EndOfTurn(marker=end))
                 return False
+        closer = next((m for m in _CLOSERS if rest.startswith(m)), None)
+        if closer:
+            self._buf = rest[len(closer) :]
+            return True
+        special = _SPECIAL.match(rest)
         if any(m.startswith(rest) for m in _ALL_MARKERS) or (
             len(rest) < 27 and _MAYBE_SPECIAL.fullmatch(rest)
         ):
+            if final:  # the stream ended inside a possible marker: drop it, unspoken
+                self._buf = rest[special.end() :] if special else ""
+                return True
             return False  # wait for more text: may be a marker
-        special = _SPECIAL.match(rest)
         if special:  # an unknown control token: never spoken
             self._buf = rest[special.end() :]
             return True

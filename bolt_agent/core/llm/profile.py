@@ -1,14 +1,48 @@
-"""Profiles (config/profiles/<name>.yaml): persona, tools and context options of one character."""
+"""Profiles (config/profiles/<name>.yaml): persona, tools, few-shot examples and context options
+of one character."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from bolt_agent.core.llm.dialogue import Step
+from bolt_agent.core.llm.speakable import is_speakable
 from bolt_agent.core.paths import config_dir
 from bolt_agent.core.tools.registry import ToolRegistry
+
+#: what the example's tool "returned" when the YAML does not say
+DEFAULT_RESULT: dict[str, Any] = {"status": "done"}
+
+
+@dataclass(frozen=True)
+class Example:
+    """One few-shot exchange: the user's request, the robot's spoken reply, its calls (with
+    their results) and what it says after them."""
+
+    user: str
+    say: str
+    calls: tuple[dict[str, Any], ...] = ()
+    then: str = ""
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The exchange as history messages (the same shape the turn runner stores)."""
+        first = Step(content=self.say)
+        for call in self.calls:
+            first.tool_calls.append({"name": call["name"], "arguments": call["arguments"]})
+            first.tool_responses.append(
+                {"name": call["name"], "response": call.get("result", DEFAULT_RESULT)}
+            )
+        out = [{"role": "user", "content": self.user}, first.message()]
+        if self.calls and self.then:
+            out.append(Step(content=self.then).message())
+        return out
 
 
 @dataclass(frozen=True)
@@ -17,6 +51,100 @@ class Profile:
     persona: str
     registry: ToolRegistry
     use_scene: bool = False
+    examples: tuple[Example, ...] = ()
+    #: said before a tool goal when the model said nothing first (spoken-first for every model)
+    filler: str = "Sure."
+    demo: tuple[str, ...] = field(default=(), compare=False)
+
+    def example_messages(self) -> list[dict[str, Any]]:
+        return [m for ex in self.examples for m in ex.messages()]
+
+    def nearest_examples(self, text: str, n: int) -> list[Example]:
+        """The `n` examples most like `text` (IDF-weighted stem overlap, no model), least similar
+        first: the closest ends up right before the user's turn, where a base model copies best.
+        Examples without calls are skipped (they teach no call), and none share no word."""
+        if n <= 0:
+            return []
+        query = _stems(text)
+        docs = [(ex, _example_stems(ex)) for ex in self.examples if ex.calls]
+        df: dict[str, int] = {}
+        for _, stems in docs:
+            for st in stems:
+                df[st] = df.get(st, 0) + 1
+        scored = []
+        for i, (ex, stems) in enumerate(docs):
+            score = sum(math.log(1 + len(docs) / df[st]) for st in query & stems)
+            if score > 0:
+                scored.append((score, -i, ex))  # ties: the earlier example in the YAML wins
+        best = sorted(scored, key=lambda t: (t[0], t[1]), reverse=True)[:n]
+        return [ex for _, _, ex in reversed(best)]
+
+    def nearest(self, n: int) -> Callable[[str], list[dict[str, Any]]] | None:
+        """For ``Dialogue(nearest=…)``: the nearest examples as messages (None when n is 0)."""
+        if n <= 0 or not self.examples:
+            return None
+        return lambda text: [m for ex in self.nearest_examples(text, n) for m in ex.messages()]
+
+
+#: words that say nothing about which example fits ("my" and "me" stay: who owns the item
+#: tells selling from buying)
+_STOP = frozenset(
+    (
+        "a",
+        "an",
+        "the",
+        "i",
+        "you",
+        "it",
+        "is",
+        "are",
+        "am",
+        "to",
+        "of",
+        "and",
+        "or",
+        "in",
+        "on",
+        "at",
+        "for",
+        "with",
+        "be",
+        "do",
+        "can",
+        "could",
+        "would",
+        "will",
+        "please",
+        "that",
+        "this",
+        "what",
+        "there",
+        "here",
+    )
+)
+
+
+def _stem(word: str) -> str:
+    """Crude English stemming: nods/nodding/nodded -> nod, antennas -> antenna."""
+    for suffix in ("ing", "ed", "es", "s"):
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            word = word[: -len(suffix)]
+            if suffix in ("ing", "ed") and len(word) > 2 and word[-1] == word[-2]:
+                word = word[:-1]
+            break
+    return word
+
+
+def _stems(text: str) -> set[str]:
+    words = re.findall(r"[a-z]+|[0-9]+", text.lower().replace("_", " "))
+    return {"<n>" if w.isdigit() else _stem(w) for w in words if w not in _STOP}
+
+
+def _example_stems(ex: Example) -> set[str]:
+    """An example is found by its request, its spoken reply (which names the action: "I tilt
+    my head") and its calls' string values (``scan_room`` -> scan, room)."""
+    values = [v for c in ex.calls for v in c["arguments"].values() if isinstance(v, str)]
+    return _stems(" ".join([ex.user, ex.say, *values]))
 
 
 def profile_path(name: str) -> Path:
@@ -32,9 +160,38 @@ def load_profile(name: str) -> Profile:
         available = sorted(p.stem for p in (config_dir() / "profiles").glob("*.yaml"))
         raise FileNotFoundError(f"profile {name!r} not found at {path} (available: {available})")
     data = yaml.safe_load(path.read_text()) or {}
+    registry = ToolRegistry.from_config(data.get("tools"))
+    filler = str(data.get("filler", "Sure.")).strip()
+    if not is_speakable(filler):
+        raise ValueError(f"profile {path.name}: filler {filler!r} is not speakable")
     return Profile(
         name=data.get("name", path.stem),
         persona=str(data.get("persona", "")).strip(),
-        registry=ToolRegistry.from_config(data.get("tools")),
+        registry=registry,
         use_scene=bool(data.get("use_scene", False)),
+        examples=tuple(_example(e, registry, path.name) for e in data.get("examples") or []),
+        filler=filler,
+        demo=tuple(data.get("demo") or ()),
     )
+
+
+def _example(entry: dict[str, Any], registry: ToolRegistry, where: str) -> Example:
+    """An example must be what the model is allowed to produce: speakable words, valid calls."""
+    say, then = str(entry.get("say", "")).strip(), str(entry.get("then", "")).strip()
+    for text in (say, then):
+        if text and not is_speakable(text):
+            raise ValueError(f"profile {where}: example speech {text!r} is not speakable")
+    if not say:
+        raise ValueError(f"profile {where}: example {entry.get('user')!r} says nothing first")
+    calls = []
+    for call in entry.get("calls") or []:
+        args = dict(call.get("arguments") or {})
+        problem = registry.validate(call.get("name", ""), args)
+        if problem:
+            raise ValueError(f"profile {where}: example {entry.get('user')!r}: {problem}")
+        calls.append({"name": call["name"], "arguments": args, **_result(call)})
+    return Example(str(entry["user"]).strip(), say, tuple(calls), then)
+
+
+def _result(call: dict[str, Any]) -> dict[str, Any]:
+    return {"result": call["result"]} if "result" in call else {}

@@ -10,6 +10,7 @@ continues the same turn (bounded by ``max_steps``).
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
@@ -29,9 +30,12 @@ from bolt_agent.core.llm.output_parser import (
     ToolCall,
     ToolCallError,
 )
+from bolt_agent.core.llm.speakable import clean_sentence
 from bolt_agent.core.llm.tool_grammar import build_grammar
 from bolt_agent.core.llm.types import SamplingParams, SessionStats, TextEngine
 from bolt_agent.core.tools.registry import ToolRegistry
+
+log = logging.getLogger("bolt_agent.llm")
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,9 @@ class TurnResult:
     cancelled: bool = False
     errors: list[str] = field(default_factory=list)
     stats: list[SessionStats] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)  # markup fragments kept from the TTS
+    failure: str = ""  # why the turn failed (the scheduler's clear end state); '' = it did not
+    fillers: int = 0  # goals that needed the profile's filler sentence before them
 
 
 class TurnSink(Protocol):
@@ -94,6 +101,11 @@ class RunnerConfig:
     max_calls_per_step: int = 1  # constrained mode
     reserve_tokens: int = 0  # kept free for generation (default: max_new_tokens)
     first_clause_chars: int = 0  # > 0: the turn's first sentence may end at a clause (", ; :")
+    #: constrained calls: json | gemma4 | auto (gemma4 with the bundled template: the form the
+    #: history and few-shot examples are rendered in)
+    call_format: str = "auto"
+    #: said before a goal whose step has no sentence of its own (spoken-first for every model)
+    filler_sentence: str = "Sure."
 
 
 class TurnRunner:
@@ -128,7 +140,9 @@ class TurnRunner:
         try:
             render = self._renderer(request.knobs)
             limit = self._prompt_limit()
-            prompt = render(self.dialogue.preview(request.user_text, request.scene))
+            prompt = render(
+                self.dialogue.preview(request.user_text, request.scene, _teaches(request))
+            )
             if self.engine.count_tokens(prompt) > limit:
                 return 0  # the real turn drops history first: a different prompt
             return self.engine.prefill(prompt)
@@ -150,7 +164,9 @@ class TurnRunner:
         with self._lock:
             generation = self.cancel_token.current()
             result = TurnResult(turn_id=request.turn_id)
-            turn = self.dialogue.begin_turn(request.turn_id, request.user_text, request.scene)
+            turn = self.dialogue.begin_turn(
+                request.turn_id, request.user_text, request.scene, _teaches(request)
+            )
             seq = 0
             for step_index in range(self.config.max_steps):
                 choice = self._step_choice(request.tool_choice, step_index)
@@ -182,7 +198,13 @@ class TurnRunner:
         result.stats.append(session.stats)
 
         grammar = (
-            build_grammar(self.registry, choice, cfg.max_speech_chars, cfg.max_calls_per_step)
+            build_grammar(
+                self.registry,
+                choice,
+                cfg.max_speech_chars,
+                cfg.max_calls_per_step,
+                self._call_format(),
+            )
             if cfg.constrained
             else None
         )
@@ -200,6 +222,8 @@ class TurnRunner:
         cap = cfg.max_thinking_tokens if budget is None or budget < 0 else budget
         cap -= result.thinking_tokens
         step = Step()
+        said: list[str] = []  # what this step really sent to the speaker (filtered, filled)
+        altered_before = len(result.dropped) + result.fillers
         calls: list[tuple[ToolCall | ToolCallError, Future[ToolResult] | None]] = []
         thinking_tokens = 0
         first = result.completion_tokens == 0
@@ -233,17 +257,28 @@ class TurnRunner:
                     close = parser.thinking_close_marker
                     session.force(close)
                     events += parser.feed(close)
-                seq = self._handle(events, request.turn_id, sink, seq, step, calls, result)
+                seq = self._handle(events, request.turn_id, sink, seq, step, calls, result, said)
                 if parser.done:
                     done = True
                     break
+        session.close()  # a remote stream stops here, not at the server's max_tokens
         if not result.cancelled:
-            seq = self._handle(parser.finish(), request.turn_id, sink, seq, step, calls, result)
-        step.content = parser.speech_text.strip()
+            seq = self._handle(
+                parser.finish(), request.turn_id, sink, seq, step, calls, result, said
+            )
+        raw = parser.speech_text.strip()
+        # the history keeps what was said: the model's words unless some were dropped or filled
+        altered = len(result.dropped) + result.fillers != altered_before
+        step.content = " ".join(said) if altered else raw
         result.spoken_text = " ".join(x for x in (result.spoken_text, step.content) if x)
         result.thinking_text += parser.thinking_text
         result.thinking_tokens += thinking_tokens
         return step, calls, seq
+
+    def _call_format(self) -> str:
+        if self.config.call_format != "auto":
+            return self.config.call_format
+        return "gemma4" if self.engine.chat_template.is_bundled else "json"
 
     def _validator(self, choice: str):
         """The registry's validation, narrowed to what this step's tool_choice allows."""
@@ -257,18 +292,27 @@ class TurnRunner:
 
         return validate
 
-    def _handle(self, events, turn_id, sink, seq, step, calls, result) -> int:
+    def _handle(self, events, turn_id, sink, seq, step, calls, result, said) -> int:
         for ev in events:
             if isinstance(ev, Sentence):
-                if not any(c.isalnum() for c in ev.text):
-                    continue  # markup or punctuation only: nothing a voice could say
-                sink.on_sentence(turn_id, seq, ev.text)
-                seq += 1
+                text, dropped = clean_sentence(ev.text)  # only what a voice can say
+                if dropped:
+                    result.dropped.extend(dropped)
+                    log.warning("turn %s: dropped unspeakable %r", turn_id, " ".join(dropped))
+                if text:
+                    sink.on_sentence(turn_id, seq, text)
+                    said.append(text)
+                    seq += 1
             elif isinstance(ev, SpeechDelta):
                 sink.on_speech_delta(turn_id, ev.text)
             elif isinstance(ev, ThinkingDelta):
                 sink.on_thinking(turn_id, ev.text)
             elif isinstance(ev, ToolCall):
+                if seq == 0:  # spoken first, whatever the model did: no silent goal
+                    sink.on_sentence(turn_id, seq, self.config.filler_sentence)
+                    said.append(self.config.filler_sentence)
+                    result.fillers += 1
+                    seq += 1
                 refused = self.registry.admit(ev.name)
                 future = None if refused else sink.dispatch(turn_id, ev.name, ev.arguments)
                 if refused:
@@ -307,3 +351,8 @@ class TurnRunner:
                 outcome = future.result()
             responses.append({"name": name, "response": outcome.response()})
         return responses
+
+
+def _teaches(request: TurnRequest) -> bool:
+    """Nearest few-shot examples teach calls: none for a turn that may call no tool."""
+    return request.tool_choice != "none"

@@ -1,11 +1,19 @@
 """Which LLM job runs next: turns, prefill ahead of a transcript, and what the user really heard.
 
-One worker drains one queue, so the model is used by one job at a time. A new turn cancels the
-turn in progress (barge-in semantics); a prefill runs only when nothing newer waits (a newer
-transcript prefills for itself); jobs queued while the node is inactive are refused, not run.
-Each job is a small dataclass, so what crosses the thread boundary keeps its meaning. The
-scheduler is rclpy-free: the node supplies the request details (scene, tool choice) and the
-cancel side effects (stop the speaker, cancel tool goals) as callbacks.
+One worker drains one queue, so the model is used by one job at a time. Scheduling is by
+generation: every turn and prefill is stamped with the scheduler's generation when it is queued,
+and a newer final transcript or a cancel bumps it. A stale job is dropped when the worker takes
+it (its future holds a cancelled result, its sink hears the turn end), so with finals B and C
+arriving while A runs, A is cancelled, B never runs and C answers. The generation the runner
+compares against is pinned to the job's stamp while the turn starts (``PinnedToken``), so a
+cancel that lands between "turn marked current" and the runner's first check is not lost.
+Interruptions (what the user really heard) are never dropped. Jobs queued while the node is
+inactive are refused, not run. Each job is a small dataclass, so what crosses the thread
+boundary keeps its meaning. A turn that fails ends in a clear state: logged, counted through
+``on_failure``, its sink told the turn ended (optionally after a short spoken
+``failure_reply``), its future holding the exception. The scheduler is rclpy-free: the node
+supplies the request details (scene, tool choice) and the cancel side effects (stop the
+speaker, cancel tool goals) as callbacks.
 """
 
 from __future__ import annotations
@@ -19,10 +27,30 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from bolt_agent.core.cancellation import CancelToken
 from bolt_agent.core.llm.chat_template import Knobs
 from bolt_agent.core.llm.turn_runner import TurnRequest, TurnResult, TurnRunner, TurnSink
 
 log = logging.getLogger(__name__)
+
+
+class PinnedToken(CancelToken):
+    """The runner's cancel token under a scheduler: while a job is pinned, ``current()`` answers
+    the generation stamped on that job instead of the live counter. The runner reads
+    ``current()`` once when a turn starts; with the pin, a cancel that came after the job was
+    queued is seen as stale at the runner's first check, however late that read happens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pinned: int | None = None
+
+    def current(self) -> int:
+        pinned = self.pinned
+        return super().current() if pinned is None else pinned
+
+    def current_live(self) -> int:
+        """The live generation, whatever is pinned (what new jobs are stamped with)."""
+        return super().current()
 
 
 @dataclass(frozen=True)
@@ -32,6 +60,7 @@ class TurnJob:
     knobs: Knobs
     sink: TurnSink
     done: Future = field(default_factory=Future)
+    generation: int = 0  # the scheduler's generation when it was queued
 
 
 @dataclass(frozen=True)
@@ -40,6 +69,7 @@ class PrewarmJob:
 
     utterance_id: str
     text: str
+    generation: int = 0
 
 
 @dataclass(frozen=True)
@@ -68,8 +98,13 @@ class TurnScheduler:
         after_turn: Callable[[], None] = lambda: None,
         logger: Any = log,  # a logging.Logger or an rclpy logger (info/warning/error)
         on_failure: Callable[[str, str], None] = lambda kind, message: None,
+        failure_reply: str = "",
     ) -> None:
         self.runner = runner
+        self.token = PinnedToken()
+        runner.cancel_token = self.token  # one generation counter for the queue and the decoder
+        self.failure_reply = failure_reply  # said when a turn fails ('' = end it silently)
+        self.dropped = 0  # stale jobs dropped unrun (superseded or cancelled while queued)
         self._make_request = make_request
         self._on_cancel = on_cancel
         self._after_turn = after_turn
@@ -79,6 +114,7 @@ class TurnScheduler:
         self._active = False
         self._lock = threading.Lock()
         self.current_turn = ""
+        self._stopped_turn = ""  # the current turn once something cancelled it
 
     # --- producer side (any thread) -------------------------------------------------------------
     @property
@@ -100,32 +136,51 @@ class TurnScheduler:
 
     def submit(self, turn_id: str, text: str, knobs: Knobs, sink: TurnSink) -> Future:
         """Queue a turn; a new one cancels the turn in progress. The future holds its result."""
-        job = TurnJob(turn_id, text, knobs, sink)
         if not self._active:
+            job = TurnJob(turn_id, text, knobs, sink)
             job.done.set_exception(NotActiveError("llm_node is not active"))
             return job.done
-        if self.current_turn:
-            self.cancel("new utterance")
-        self._jobs.put(job)
+        with self._lock:  # bump and stamp together: no job can be stamped between them
+            running = self._bump()
+            job = TurnJob(turn_id, text, knobs, sink, generation=self.token.current_live())
+            self._jobs.put(job)
+        self._cancelled(running, "new utterance")
         return job.done
 
     def prewarm(self, utterance_id: str, text: str) -> None:
-        if self._active and not self.current_turn:
-            self._jobs.put(PrewarmJob(utterance_id, text))
+        with self._lock:
+            if self._active and not self.current_turn:
+                self._jobs.put(PrewarmJob(utterance_id, text, self.token.current_live()))
 
     def interrupted(self, turn_id: str, spoken_text: str) -> None:
         self._jobs.put(InterruptedJob(turn_id, spoken_text))
 
     def cancel(self, why: str) -> str:
-        """Cancel the turn in progress (its id, or '' when there was none)."""
+        """Cancel the turn in progress and every job still queued (the id of the one in
+        progress, or '' when there was none or it was already cancelled)."""
         with self._lock:
-            turn_id = self.current_turn
-        if not turn_id:
-            return ""
-        self._log.info(f"cancel turn {turn_id}: {why}")
-        self.runner.cancel()
-        self._on_cancel(turn_id, why)
+            turn_id = self._bump()
+        self._cancelled(turn_id, why)
         return turn_id
+
+    def _bump(self) -> str:
+        """A new generation (the lock held: a turn is marked current only with its stamp
+        checked under it); the turn in progress when this cancel is the first to stop it."""
+        self.token.cancel()
+        if self.current_turn == self._stopped_turn:
+            return ""  # already cancelled: its side effects ran once
+        self._stopped_turn = self.current_turn
+        return self.current_turn
+
+    def _cancelled(self, turn_id: str, why: str) -> None:
+        """The side effects of cancelling ``turn_id`` (outside the lock: they publish)."""
+        if not turn_id:
+            return
+        self._log.info(f"cancel turn {turn_id}: {why}")
+        try:
+            self._on_cancel(turn_id, why)  # stop the speaker, cancel tool goals: quick calls
+        except Exception as exc:
+            self._fail("cancel", f"cancel side effects of {turn_id} failed: {exc!r}")
 
     # --- worker side ---------------------------------------------------------------------------
     def run_forever(self) -> None:
@@ -160,16 +215,19 @@ class TurnScheduler:
             self._turn(job)
 
     def _turn(self, job: TurnJob) -> None:
-        with self._lock:
-            self.current_turn = job.turn_id
+        with self._lock:  # check the stamp and mark the turn current in one step
+            if self.token.is_stale(job.generation):
+                self._drop(job)
+                return
+            self.current_turn, self._stopped_turn = job.turn_id, ""
+            self.token.pinned = job.generation
         try:
             result: TurnResult = self.runner.run(
                 self._make_request(job.turn_id, job.text, job.knobs), job.sink
             )
         except Exception as exc:  # keep the worker alive; report the turn as failed
-            message = f"turn {job.turn_id} failed: {exc!r}"
-            self._log.error(message)
-            self._on_failure("turn", message)
+            self._fail("turn", f"turn {job.turn_id} failed: {exc!r}")
+            self._end_failed(job, exc)
             job.done.set_exception(exc)
         else:
             self._log.info(
@@ -181,11 +239,43 @@ class TurnScheduler:
         finally:
             with self._lock:
                 self.current_turn = ""
+                self.token.pinned = None
             if self._jobs.empty():
                 self._after_turn()
 
+    def _drop(self, job: TurnJob) -> None:
+        """A stale turn, never started: a cancelled result, and its sink hears the end."""
+        self.dropped += 1
+        self._log.info(f"turn {job.turn_id} dropped unrun: superseded or cancelled")
+        result = TurnResult(turn_id=job.turn_id, cancelled=True)
+        try:
+            job.sink.on_turn_end(job.turn_id, 0, result)
+        except Exception as exc:
+            self._fail("turn", f"turn {job.turn_id}: ending it failed: {exc!r}")
+        job.done.set_result(result)
+
+    def _end_failed(self, job: TurnJob, exc: Exception) -> None:
+        """A failed turn ends in a clear state: the optional apology, then the turn end (the
+        node's sink stamps ``turn_end`` in TurnMetrics)."""
+        result = TurnResult(turn_id=job.turn_id, errors=[repr(exc)], failure=str(exc) or repr(exc))
+        seq = 0
+        try:
+            if self.failure_reply:
+                job.sink.on_sentence(job.turn_id, 0, self.failure_reply)
+                result.spoken_text, seq = self.failure_reply, 1
+            job.sink.on_turn_end(job.turn_id, seq, result)
+        except Exception as again:  # the sink itself is broken: the log is all that is left
+            self._fail("turn", f"turn {job.turn_id}: ending it failed: {again!r}")
+
+    def _fail(self, kind: str, message: str) -> None:
+        self._log.error(message)
+        try:
+            self._on_failure(kind, message)
+        except Exception as exc:
+            self._log.error(f"on_failure raised {exc!r}")
+
     def _prewarm(self, job: PrewarmJob) -> None:
-        if not self._jobs.empty():
+        if not self._jobs.empty() or self.token.is_stale(job.generation):
             return  # a newer transcript (or the final) is waiting: it prefills for itself
         request = self._make_request(job.utterance_id, job.text, None)
         t0 = time.monotonic()
@@ -194,7 +284,10 @@ class TurnScheduler:
         except Exception as exc:  # a failed warm-up costs nothing but its time
             message = f"prefill ahead of {job.utterance_id} failed: {exc!r}"
             self._log.warning(message)
-            self._on_failure("prefill", message)
+            try:
+                self._on_failure("prefill", message)
+            except Exception as again:
+                self._log.error(f"on_failure raised {again!r}")
             return
         if n:
             dt = time.monotonic() - t0

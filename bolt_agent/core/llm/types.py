@@ -48,6 +48,7 @@ class SessionStats:
     drafted: int = 0
     accepted: int = 0
     draft_steps: int = 0  # speculative steps that verified at least one draft token
+    remote: bool = False  # served over the network: prefill_s is the network time to first token
 
     @property
     def decode_tok_s(self) -> float:
@@ -78,6 +79,10 @@ class DecodeSession(ABC):
     @abstractmethod
     def n_past(self) -> int:
         """Tokens in context (prompt + generated)."""
+
+    def close(self) -> None:  # noqa: B027 (optional hook)
+        """Stop generating (a remote session closes its stream, so the server stops too);
+        called when the runner is done with a step. A local session holds nothing."""
 
 
 class TextEngine(ABC):

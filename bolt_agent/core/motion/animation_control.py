@@ -10,6 +10,7 @@ llm-originated command is ever emitted.
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, field
 from itertools import count
@@ -108,8 +109,8 @@ class AnimationController:
             if name not in self.lib.animations:
                 known = ", ".join(sorted(self.lib.animations))
                 return Decision(False, f"unknown animation {name!r} (known: {known})")
-            if speed < 0:
-                return Decision(False, f"speed must be >= 0, got {speed}")
+            if not math.isfinite(speed) or speed < 0:  # NaN would pass every comparison
+                return Decision(False, f"speed must be a finite number >= 0, got {speed}")
             if origin == "llm" and self.override:
                 return Decision(False, "teleop override is active: llm motion goals are held")
             running = self._running_rank()
@@ -148,6 +149,9 @@ class AnimationController:
             unknown = [j for j in positions if j not in self.lib.joints]
             if unknown:
                 return Decision(False, f"unknown joints {unknown} (known: {self.lib.joints})")
+            bad = {j: v for j, v in positions.items() if not math.isfinite(v)}
+            if bad:  # a NaN would be "clamped" to a joint's lower limit: a jump, not a stop
+                return Decision(False, f"non-finite joint positions {bad}")
             base = self._teleop_target or self.pose
             target = tuple(positions.get(j, b) for j, b in zip(self.lib.joints, base, strict=True))
             if self._active is not None:

@@ -94,17 +94,28 @@ class FasterWhisperEngine(AsrEngine):
         self.encoder_window_s = encoder_window_s
         self._model: Any = None
         self.fallback_reason = ""  # set when 'auto' found CUDA but could not use it
+        self.device_reason = ""  # why 'auto' chose the CPU (no CUDA device, no CUDA runtime)
 
     @staticmethod
     def pick_device(device: str) -> str:
+        """``device``, or for 'auto' CUDA when CTranslate2 sees a GPU, else the CPU."""
+        return FasterWhisperEngine.probe_device(device)[0]
+
+    @staticmethod
+    def probe_device(device: str) -> tuple[str, str]:
+        """(device, why CUDA was not chosen for 'auto' or ''). The reason is kept, not hidden:
+        a Jetson that silently runs whisper on its CPU looks like a slow model."""
         if device != "auto":
-            return device
+            return device, ""
         try:
             import ctranslate2
 
-            return "cuda" if ctranslate2.get_cuda_device_count() > 0 else "cpu"
-        except Exception:
-            return "cpu"
+            count = ctranslate2.get_cuda_device_count()
+        except (ImportError, RuntimeError, OSError) as exc:  # no CUDA runtime, broken driver
+            return "cpu", f"CUDA not probed ({exc!r}); using the CPU"
+        if count > 0:
+            return "cuda", ""
+        return "cpu", "CTranslate2 sees no CUDA device; using the CPU"
 
     def load(self) -> None:
         from faster_whisper import WhisperModel
@@ -112,6 +123,8 @@ class FasterWhisperEngine(AsrEngine):
         if not (self.model_dir / "model.bin").exists():
             raise FileNotFoundError(f"whisper model file missing: {self.model_dir / 'model.bin'}")
         device = self.pick_device(self.device)
+        if self.device == "auto" and device == "cpu":
+            self.device_reason = self.probe_device("auto")[1]
         try:
             self._model, compute_type = self._open(WhisperModel, device)
         except (RuntimeError, ValueError) as exc:

@@ -19,8 +19,13 @@ The transcriber (``AsrEngine`` or anything with ``transcribe(audio, final) -> re
 the result having ``text``, ``confidence`` and ``language``) runs in jobs handed to a *runner*:
 anything with ``submit(fn) -> handle`` whose handle has ``done()`` and that runs the jobs one at a
 time, in order (a one-thread ``ThreadPoolExecutor`` in the node; ``InlineRunner``, the default,
-runs each job at once inside ``submit``). A transcription error becomes a
-``TranscriptionFailed`` event; the listener keeps going.
+runs each job at once inside ``submit``). Nothing a job raises is lost in a future nobody reads:
+a transcription error, or any other error of the job (a failing ``emit``), becomes a
+``TranscriptionFailed`` event (logged when delivering it fails too); the listener keeps going.
+
+Input hygiene: ``push`` takes any block (NaN/inf are zeroed, any shape flattened);
+``audio_block_problem`` says why a received block must be refused (rate, channels, length)
+before it is converted.
 
 Delivery of events, in the order they happen:
 
@@ -36,6 +41,8 @@ Delivery of events, in the order they happen:
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
 import time
 import uuid
@@ -50,6 +57,37 @@ from bolt_agent.core.speech.vad_segmenter import SAMPLE_RATE, SpeechEnd, SpeechS
 
 ECHO_MODES = ("off", "gate", "barge_in")
 _NS = 1_000_000_000
+#: sample rates a received block may have (0 = the listener's own rate)
+MIN_RATE, MAX_RATE, MAX_CHANNELS = 8_000, 192_000, 16
+log = logging.getLogger(__name__)
+
+
+def audio_block_problem(
+    n_samples: int, channels: int, sample_rate: int, max_chunk_s: float
+) -> str | None:
+    """Why an interleaved int16 block cannot be taken, or None. Checked before any conversion:
+    an odd sample count for two channels once ended the ASR node inside ``to_mono``."""
+    rate = sample_rate or SAMPLE_RATE
+    if not MIN_RATE <= rate <= MAX_RATE:
+        return f"sample_rate {sample_rate} outside [{MIN_RATE}, {MAX_RATE}]"
+    if not 1 <= channels <= MAX_CHANNELS:
+        return f"channels {channels} outside [1, {MAX_CHANNELS}]"
+    if n_samples % channels:
+        return f"{n_samples} samples is not a whole number of {channels}-channel frames"
+    seconds = n_samples / channels / rate
+    if not math.isfinite(max_chunk_s) or seconds > max_chunk_s:
+        return f"block of {seconds:.2f} s is longer than max_chunk_s {max_chunk_s} s"
+    return None
+
+
+def clean_block(chunk: Any) -> np.ndarray:
+    """Any block as flat float32; NaN and inf become 0 (the VAD's model would turn one NaN into
+    NaN probabilities for the rest of the stream). Values are not clipped: a loud block is
+    still audio."""
+    x = np.asarray(chunk, dtype=np.float32).reshape(-1)
+    if not np.isfinite(x).all():
+        x = np.nan_to_num(x, nan=0.0, posinf=0.0, neginf=0.0)
+    return x
 
 
 @dataclass(frozen=True)
@@ -130,8 +168,7 @@ class JobRunner(Protocol):
 
 
 class InlineRunner:
-    """Runs each job at once, inside ``submit`` (tests, offline use); an error that is not a
-    transcription error (a failing ``emit``) propagates out of ``push``."""
+    """Runs each job at once, inside ``submit`` (tests, offline use)."""
 
     def submit(self, fn: Callable[[], None]) -> Future:
         future: Future = Future()
@@ -210,6 +247,7 @@ class Listener:
     def push(self, chunk: np.ndarray, stamp_ns: int, queued: int = 0) -> list[ListenerEvent]:
         """Process one 16 kHz mono float32 block whose first sample was at ``stamp_ns``;
         ``queued``: samples already waiting behind it (partials are skipped above backlog_s)."""
+        chunk = clean_block(chunk)
         seg, s = self.vad, self.settings
         self._anchor = (seg.offset, stamp_ns)
         if s.echo_mode == "gate" and self._echo_gated():
@@ -275,7 +313,7 @@ class Listener:
         return self._last_job is None or self._last_job.done()
 
     def _submit(self, job: _Job) -> None:
-        self._last_job = self._runner.submit(lambda: self._run(job))
+        self._last_job = self._runner.submit(lambda: self._run_guarded(job))
 
     def _speculate(self) -> None:
         """Start (or invalidate) the speculative final for the silence in progress."""
@@ -313,6 +351,22 @@ class Listener:
         self._deliver(VoiceActivityEvent(self._utt_id, speaking, self._utt_barge, stamp))
 
     # --- jobs (runner thread) -----------------------------------------------------------------
+    def _run_guarded(self, job: _Job) -> None:
+        """A job that never raises into its runner's future (nobody reads it): whatever fails
+        is reported as ``TranscriptionFailed``, and logged when even that cannot be delivered."""
+        try:
+            self._run(job)
+        except Exception as exc:
+            if job.speculation is not None and job.kind == "speculative":
+                job.speculation.failed = job.speculation.ran = True
+            try:
+                self._deliver(TranscriptionFailed(job.utt_id, job.kind, repr(exc)))
+            except Exception as again:
+                log.error(
+                    f"utterance {job.utt_id}: {job.kind} job failed ({exc!r}) and the "
+                    f"failure could not be reported ({again!r})"
+                )
+
     def _run(self, job: _Job) -> None:
         spec = job.speculation
         if job.kind == "speculative":

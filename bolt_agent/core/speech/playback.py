@@ -4,6 +4,12 @@ Both queue int16 segments under a tag, report per-tag progress (samples played o
 stop at once: ``Player.stop`` silences the PortAudio callback from its next block and aborts the
 stream (dropping what the device buffered), then restarts it for the next turn. The returned
 ``StopReport`` says how long that took and when the last non-silent block went out.
+
+``Player.lost()`` says when the output device went away under an open stream: the stream ended
+(a PortAudio error), its callback stalled (a USB speaker unplugged under ALSA), or, with a
+``PulseRoute``, the configured PulseAudio sink is gone or the stream was moved off it (what
+PulseAudio does when a sink is unloaded: PortAudio sees nothing). The owner then closes the
+player and opens it again once the device is back (``open`` refuses a missing sink).
 """
 
 from __future__ import annotations
@@ -21,12 +27,14 @@ from bolt_agent.core.speech.audio_io import (
     OPEN_STREAMS,
     DeviceError,
     DeviceInfo,
+    DeviceNotFoundError,
     StreamResampler,
     find_device,
     float_to_int16,
     int16_to_float,
     supported_rate,
 )
+from bolt_agent.core.speech.pulse_route import PulseRoute, PulseRouteError
 
 
 @dataclass(frozen=True)
@@ -113,9 +121,18 @@ class Player:
         block_ms: int = 20,
         latency: float | str = "low",
         on_done: Callable[[Hashable], None] | None = None,
+        route: PulseRoute | None = None,
+        stall_s: float = 3.0,
     ) -> None:
         self.device_spec, self.sample_rate = device, sample_rate
         self.block_ms, self.latency = block_ms, latency
+        self.route = route  # the PulseAudio sink the output must be on (None: not watched)
+        # no callback for this long means the device is gone; above PulseAudio's ~1.5 s hold of
+        # a (re)started stream
+        self.stall_s = stall_s
+        self._last_callback_t = 0.0
+        self._broken = ""  # why restarting the stream after a stop failed (device gone)
+        self.route_error = ""  # why the route could not be checked (pactl missing, no answer)
         self._queue = _SegmentQueue(on_done)
         self._stream: Any = None
         self._halt = False
@@ -130,8 +147,13 @@ class Player:
         self._warm_frames = 0
 
     def open(self, rescan: bool = False) -> None:
+        """Open and start the stream; DeviceNotFoundError / DeviceError when it cannot play on
+        the configured device (with a route: the sink is missing, or the stream lands
+        elsewhere)."""
         import sounddevice as sd
 
+        if self.route is not None and not self._route_ok(lambda r: r.sink_exists()):
+            raise DeviceNotFoundError(f"PulseAudio sink {self.route.sink!r} not found")
         device = find_device(self.device_spec, "output", rescan)
         rate = supported_rate(device, self.sample_rate, "output")
         try:
@@ -157,12 +179,48 @@ class Player:
         # Some back ends (PulseAudio through ALSA) hold a new stream for ~1.5 s before its clock
         # runs; wait for that here so the first sentence is not delayed.
         self.warm = self._running.wait(self.warmup_timeout_s)
+        self._last_callback_t = time.monotonic()
+        why = self.route.check() if self.route is not None else None
+        if why is not None:  # the sink vanished meanwhile: PulseAudio put the stream elsewhere
+            self.close()
+            raise DeviceError(f"output not on the configured device: {why}")
+
+    def _route_ok(self, test: Callable[[PulseRoute], bool]) -> bool:
+        try:
+            return test(self.route)  # type: ignore[arg-type]
+        except PulseRouteError as exc:  # PulseAudio not answering: the stream itself will tell
+            self.route_error = str(exc)
+            return True
 
     @property
     def is_open(self) -> bool:
         return self._stream is not None
 
+    def lost(self) -> str | None:
+        """Why the open output no longer plays on its device, or None (also when closed or
+        stopping). Blocks for a ``pactl`` call when routed: call it from a watcher thread."""
+        stream = self._stream
+        if stream is None:
+            return None
+        if self._broken:
+            return self._broken
+        if self._halt:
+            return None
+        if not stream.active:
+            return "the output stream ended (PortAudio error)"
+        silent_s = time.monotonic() - self._last_callback_t
+        if silent_s > self.stall_s:
+            return f"the output stalled: no audio callback for {silent_s:.1f} s"
+        if self.route is not None:
+            try:
+                return self.route.check(force=False)  # asks only after a PulseAudio event
+            except PulseRouteError as exc:  # the owner warns; the stall check still works
+                self.route_error = str(exc)
+                return None
+        return None
+
     def _callback(self, outdata: np.ndarray, frames: int, time_info: Any, status: Any) -> None:
+        self._last_callback_t = time.monotonic()
         if status.output_underflow:
             self.underflows += 1
         self._frames += frames
@@ -175,9 +233,11 @@ class Player:
             self._last_audio_t = time.monotonic()
 
     def write(self, tag: Hashable, audio: np.ndarray) -> None:
-        """Queue a segment (int16 mono at ``sample_rate``); returns at once."""
+        """Queue a segment (int16 mono at ``sample_rate``); returns at once. A write to a
+        closed player (the device was lost between the caller's ``is_open`` and this call) is
+        dropped: the caller's stop after the loss accounts for it."""
         if self._stream is None:
-            raise DeviceError("output device is not open")
+            return
         data = np.asarray(audio, dtype=np.int16)
         if self.device_rate != self.sample_rate:
             resampler = StreamResampler(self.sample_rate, self.device_rate)
@@ -203,18 +263,26 @@ class Player:
         if self._stream is not None:
             self._stream.abort()
         t1 = time.monotonic()
-        self._halt = False
-        if self._stream is not None:
-            self._stream.start()
+        try:
+            if self._stream is not None:
+                self._stream.start()
+        except Exception as exc:  # the device went away: ``lost()`` says so, the owner reopens
+            self._broken = f"restarting the output failed: {exc}"
+        finally:
+            self._last_callback_t = time.monotonic()
+            self._halt = False
         return StopReport(t1 - t0, max(0.0, self._last_audio_t - t0), dropped)
 
     def close(self) -> None:
         stream, self._stream = self._stream, None
         self._queue.clear()
+        self._broken = ""
         if stream is not None:
             OPEN_STREAMS.add(-1)
             try:
                 stream.abort()
+            except Exception:  # a stream whose device is gone may refuse: it is closed anyway
+                pass
             finally:
                 stream.close()
 

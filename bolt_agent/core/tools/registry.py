@@ -12,9 +12,13 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import jsonschema
+import yaml
+
+from bolt_agent.core.paths import config_dir
 
 BINDING_TYPES = ("play_animation", "execute_tool")
 
@@ -161,6 +165,10 @@ def tool_from_config(entry: dict[str, Any]) -> Tool:
     except TypeError as exc:
         raise ToolConfigError(f"tool {name!r}: {exc}") from exc
     params = entry.get("parameters") or {"type": "object", "properties": {}}
+    try:
+        params = resolve_enum_from(params)
+    except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError) as exc:
+        raise ToolConfigError(f"tool {name!r}: enum_from: {exc}") from exc
     params.setdefault("additionalProperties", False)
     return Tool(
         name=name,
@@ -170,3 +178,27 @@ def tool_from_config(entry: dict[str, Any]) -> Tool:
         timeout_s=float(entry.get("timeout_s", 10.0)),
         rate_limit_per_min=int(entry.get("rate_limit_per_min", 0)),
     )
+
+
+def resolve_enum_from(schema: Any, base: Path | None = None) -> Any:
+    """Replace ``enum_from: {file, items, key}`` with ``enum``: the values of ``key`` in the list
+    at dotted path ``items`` of a YAML file (relative to ``config/``). One source of truth: the
+    shop's catalog stays in game_state.yaml and the grammar admits only its full item names, so
+    a small model cannot shorten "war hammer" to "war"."""
+    if isinstance(schema, list):
+        return [resolve_enum_from(s, base) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: resolve_enum_from(v, base) for k, v in schema.items() if k != "enum_from"}
+    source = schema.get("enum_from")
+    if source is not None:
+        path = Path(source["file"])
+        path = path if path.is_absolute() else (base or config_dir()) / path
+        node: Any = yaml.safe_load(path.read_text())
+        for part in str(source["items"]).split("."):
+            node = node[part]
+        values = [item[source["key"]] if "key" in source else item for item in node]
+        if not values:
+            raise ValueError(f"{path.name}:{source['items']} is empty")
+        out["enum"] = list(dict.fromkeys(values))
+    return out

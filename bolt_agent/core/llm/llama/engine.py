@@ -11,6 +11,8 @@ import codecs
 import os
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +43,16 @@ class LlamaConfig:
     # instead of n_swa + n_ubatch; off, prefix reuse is kept valid by core/swa_cache.SwaGuard
     swa_full: bool = False
     flash_attn: str = "auto"  # on | off | auto (on with GPU layers; slower on this CPU)
+    # K/V cache element types (f16 | bf16 | q8_0 | q4_0 | ...): q8_0 halves the cache (34 B per 32
+    # values); a quantised V cache needs flash attention, so it is refused without it
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    use_mmap: bool = True  # map the GGUF: pages of CPU-resident tensors load on first touch
+    # where the token / per-layer embedding tables live (they are always on the host):
+    #   auto: llama.cpp's default: a pinned (page-locked) host copy with a GPU, read in whole
+    #   mmap: left in the file mapping (no pinned copy, per-layer table read lazily), so only the
+    #         pages of rows of tokens actually seen become resident (docs/memory.md)
+    embeddings: str = "auto"
     chat_template: str = ""  # '' = the GGUF's own, else the bundled Bolt template
     extra: dict = field(default_factory=dict)  # passed to llama_cpp.Llama
     speculative: str = "none"  # none | dflash | ngram | draft_model (see core/speculative)
@@ -55,7 +67,6 @@ class LlamaEngine(TextEngine):
     def __init__(self, config: LlamaConfig):
         self.config = config
         self._llm = None
-        self.lock = threading.Lock()
         self.chat_template = ChatTemplate.bundled()
         self.load_s = 0.0
         self.speculator = None
@@ -71,7 +82,8 @@ class LlamaEngine(TextEngine):
 
         t0 = time.monotonic()
         try:
-            self._llm = Llama(**self.llama_kwargs())
+            with model_params_overrides(self.model_params()):
+                self._llm = Llama(**self.llama_kwargs())
         except (ValueError, RuntimeError) as exc:
             raise EngineError(f"cannot load {path}: {exc}") from exc
         self.load_s = time.monotonic() - t0
@@ -94,9 +106,28 @@ class LlamaEngine(TextEngine):
             self.speculator, self.speculation = build_speculator(self._llm, spec)
         return self
 
+    def model_params(self) -> dict[str, int | bool]:
+        """``llama_model_params`` fields that ``llama_cpp.Llama`` has no argument for."""
+        if self.config.embeddings == "auto":
+            return {}
+        if self.config.embeddings != "mmap":
+            raise ValueError(f"embeddings must be auto or mmap, not {self.config.embeddings!r}")
+        if not self.config.use_mmap:
+            raise ValueError("embeddings=mmap needs use_mmap")
+        from llama_cpp import llama_cpp as capi
+
+        # no_host: input tensors go to the plain CPU buffer, which llama.cpp maps from the file
+        # instead of copying them into a pinned buffer; lazy ON: the per-layer table is a lazy
+        # range, which also keeps MAP_POPULATE off for the whole file
+        return {"no_host": True, "lazy_mode": capi.LLAMA_LAZY_MODE_ON}
+
     def llama_kwargs(self) -> dict:
         """Keyword arguments for ``llama_cpp.Llama`` (``extra`` overrides the named fields)."""
         c = self.config
+        flash = _flash_attn(c.flash_attn, c.n_gpu_layers)
+        type_k, type_v = ggml_type(c.cache_type_k), ggml_type(c.cache_type_v)
+        if c.cache_type_v.lower() not in ("f16", "f32", "bf16") and not flash:
+            raise ValueError(f"cache_type_v={c.cache_type_v} needs flash_attn (llama.cpp)")
         return {
             "model_path": c.model_path,
             "n_ctx": c.n_ctx,
@@ -106,7 +137,10 @@ class LlamaEngine(TextEngine):
             "n_batch": c.n_batch,
             "n_ubatch": c.n_ubatch,
             "swa_full": c.swa_full,
-            "flash_attn": _flash_attn(c.flash_attn, c.n_gpu_layers),
+            "flash_attn": flash,
+            "type_k": type_k,
+            "type_v": type_v,
+            "use_mmap": c.use_mmap,
             "verbose": False,
             **c.extra,
         }
@@ -271,6 +305,47 @@ class LlamaSession(DecodeSession):
 
     def _text(self, token: int) -> str:
         return self._decoder.decode(self._llm.detokenize([token], special=True))
+
+
+def ggml_type(name: str) -> int:
+    """ggml type id of a cache type name (``q8_0`` -> ``GGML_TYPE_Q8_0``)."""
+    from llama_cpp import llama_cpp as capi
+
+    value = getattr(capi, f"GGML_TYPE_{name.upper()}", None)
+    if value is None:
+        raise ValueError(f"unknown ggml type {name!r} (f16, bf16, q8_0, q4_0, ...)")
+    return int(value)
+
+
+_PARAMS_LOCK = threading.Lock()
+
+
+@contextmanager
+def model_params_overrides(fields: dict[str, int | bool]) -> Iterator[None]:
+    """Set ``llama_model_params`` fields for a ``Llama(...)`` built inside the block.
+
+    llama-cpp-python builds its model parameters from ``llama_model_default_params()`` and
+    exposes no argument for ``no_host`` / ``lazy_mode``; the block wraps that one factory (under a
+    lock, so two engines loading at once cannot see each other's settings)."""
+    if not fields:
+        yield
+        return
+    from llama_cpp import llama_cpp as capi
+
+    with _PARAMS_LOCK:
+        original = capi.llama_model_default_params
+
+        def patched():
+            params = original()
+            for name, value in fields.items():
+                setattr(params, name, value)
+            return params
+
+        capi.llama_model_default_params = patched
+        try:
+            yield
+        finally:
+            capi.llama_model_default_params = original
 
 
 def _flash_attn(mode: str, n_gpu_layers: int) -> bool:

@@ -1,0 +1,195 @@
+"""llm_node's parameters: one frozen dataclass, each field declared once with its description
+(``param``); ``config/params/llm_node.yaml`` mirrors the defaults. Kept apart from the node's
+wiring because the LLM has many knobs (model, memory, sampling, remote engine, few-shot, caps)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bolt_agent.nodes.base import param
+
+
+@dataclass(frozen=True)
+class LlmParams:
+    """llm_node parameters; config/params/llm_node.yaml mirrors the defaults."""
+
+    model: str = param(
+        "", "model name from config/models.yaml or a GGUF path ('' = default llm)", load_time=True
+    )
+    n_ctx: int = param(4096, "context window (up to 65536 for Bolt E4B)", load_time=True, low=128)
+    n_gpu_layers: int = param(
+        0, "layers offloaded to the GPU (-1 = all; Jetson)", load_time=True, low=-1
+    )
+    n_threads: int = param(2, "CPU threads for llama.cpp decoding", load_time=True, low=1)
+    n_threads_batch: int = param(
+        0, "CPU threads for prompt prefill (0 = n_threads)", load_time=True, low=0
+    )
+    n_batch: int = param(256, "prompt batch size", load_time=True, low=1)
+    n_ubatch: int = param(
+        256,
+        "physical batch: compute buffer n_vocab x n_ubatch x 4 B, SWA cache n_swa + n_ubatch cells",
+        load_time=True,
+        low=1,
+    )
+    swa_full: bool = param(
+        False, "full-size sliding-window KV cache (n_ctx cells per SWA layer)", load_time=True
+    )
+    flash_attn: str = param(
+        "auto",
+        "on | off | auto (on with GPU layers)",
+        load_time=True,
+        choices=("on", "off", "auto"),
+    )
+    cache_type_k: str = param(
+        "f16",
+        "K cache type: f16 | q8_0 | q4_0 (q8_0: 34 B per 32 values)",
+        load_time=True,
+        choices=("f16", "q8_0", "q4_0"),
+    )
+    cache_type_v: str = param(
+        "f16",
+        "V cache type: f16 | q8_0 | q4_0 (quantised needs flash_attn)",
+        load_time=True,
+        choices=("f16", "q8_0", "q4_0"),
+    )
+    use_mmap: bool = param(True, "map the GGUF (host tensors load on first touch)", load_time=True)
+    embeddings: str = param(
+        "auto",
+        "embedding tables: auto (pinned host copy with a GPU) | mmap (only used rows resident)",
+        load_time=True,
+        choices=("auto", "mmap"),
+    )
+    chat_template: str = param(
+        "", "Jinja chat template override ('' = GGUF's own, else bundled)", load_time=True
+    )
+    speculative: str = param(
+        "none",
+        "none | dflash | ngram | draft_model (falls back with a logged reason)",
+        load_time=True,
+        choices=("none", "dflash", "ngram", "draft_model"),
+    )
+    draft_model: str = param("", "DFlash drafter or draft GGUF: model name or path", load_time=True)
+    spec_n_max: int = param(7, "draft tokens per speculative step", load_time=True, low=1, high=64)
+    spec_p_min: float = param(
+        0.0, "stop a draft below this drafter probability", load_time=True, low=0.0, high=1.0
+    )
+    engine: str = param(
+        "local",
+        "local (llama.cpp in this process) | openai (an OpenAI-compatible server, docs/remote.md)",
+        load_time=True,
+        choices=("local", "openai"),
+    )
+    base_url: str = param(
+        "http://127.0.0.1:8080/v1", "openai: the server's /v1 URL", load_time=True
+    )
+    api_key_env: str = param(
+        "", "openai: NAME of the environment variable holding the key ('' = none)", load_time=True
+    )
+    remote_model: str = param(
+        "", "openai: the server's model name ('' = its default)", load_time=True
+    )
+    remote_api: str = param(
+        "completions",
+        "completions (raw prompt, our template, grammar) | chat (server template, tools)",
+        load_time=True,
+        choices=("completions", "chat"),
+    )
+    remote_grammar_field: str = param(
+        "grammar",
+        "completions: grammar (llama.cpp) | guided_grammar / structured_outputs (vLLM) | none",
+        load_time=True,
+        choices=("grammar", "guided_grammar", "structured_outputs", "none"),
+    )
+    remote_timeout_s: float = param(
+        10.0, "openai: refused, dropped or silent this long = failed", load_time=True, low=0.1
+    )
+    remote_fallback: str = param(
+        "none",
+        "openai: none | local (a failed turn is answered by the local engine)",
+        load_time=True,
+        choices=("none", "local"),
+    )
+    remote_fallback_warm: bool = param(
+        True, "local fallback loaded at configure (false: on the first failure)", load_time=True
+    )
+    profile: str = param(
+        "reachy_mini", "persona + tools: config/profiles/<name>.yaml", load_time=True
+    )
+    temperature: float = param(
+        1.0, "sampling temperature (seed default 1.0)", load_time=True, low=0.0
+    )
+    top_p: float = param(
+        0.95, "nucleus sampling (seed default 0.95)", load_time=True, low=0.0, high=1.0
+    )
+    top_k: int = param(64, "top-k sampling (seed default 64)", load_time=True, low=0)
+    min_p: float = param(0.0, "min-p sampling (0 = off)", load_time=True, low=0.0, high=1.0)
+    seed: int = param(-1, "sampling seed (-1 = random)", load_time=True)
+    enable_thinking: bool = param(True, "default for requests: reason before answering")
+    thinking_token_budget: int = param(-1, "default thinking budget in tokens (-1 = unset)", low=-1)
+    conversational_mode: bool = param(False, "default: inject the brevity instruction")
+    tool_choice: str = param("auto", "auto | none | required | <tool name> (first step of a turn)")
+    constrained: str = param(
+        "auto",
+        "GBNF output: on | off | auto (on when the GGUF has no template)",
+        load_time=True,
+        choices=("on", "off", "auto"),
+    )
+    few_shot: str = param(
+        "auto",
+        "profile's example turns before the history: on | off | auto (on in constrained mode)",
+        load_time=True,
+        choices=("on", "off", "auto"),
+    )
+    few_shot_nearest: int = param(
+        2,
+        "with few_shot: the N profile examples most like the request, rendered right before it "
+        "(retrieval few-shot, not stored in the history; 0 = off)",
+        load_time=True,
+        low=0,
+        high=8,
+    )
+    max_steps: int = param(
+        3, "model steps per turn (tool results → continuation)", load_time=True, low=1
+    )
+    max_new_tokens: int = param(192, "tokens per step", load_time=True, low=1)
+    max_thinking_tokens: int = param(
+        512, "safety cap on thinking when no budget is set", load_time=True, low=0
+    )
+    max_speech_chars: int = param(
+        160, "constrained mode: characters of speech per step", load_time=True, low=1
+    )
+    max_calls_per_step: int = param(
+        1, "constrained mode: tool calls per step", load_time=True, low=0
+    )
+    first_clause_chars: int = param(
+        0,
+        "> 0: the first sentence of a turn may end at a clause (', ; :') this long, for TTS",
+        load_time=True,
+        low=0,
+    )
+    cancel_tools_on_cancel: bool = param(
+        True, "cancel a turn's tool goals when the turn is cancelled"
+    )
+    failure_reply: str = param(
+        "",
+        "said when a turn fails (the model raised, the decoder broke); '' = end the turn "
+        "silently. Either way the failure is logged, counted and the turn ends in TurnMetrics",
+        load_time=True,
+    )
+    max_prompt_chars: int = param(
+        4000,
+        "longest user text (transcript, teleop/prompt, llm/converse) taken as a turn; a longer "
+        "one is refused and counted",
+        low=1,
+    )
+    barge_in_cancels: bool = param(True, "a barge-in cancels generation and speech")
+    prefill_on_partial: bool = param(
+        True,
+        "prefill the prompt at start-up, speech start and partial transcripts (KV prefix reuse)",
+    )
+    tool_server_wait_s: float = param(
+        2.0, "how long to wait for a tool's action server", load_time=True, low=0.0
+    )
+    release_memory_after_turn: bool = param(
+        True, "malloc_trim after each turn (returns freed heap pages; ~10-20 ms, after the turn)"
+    )

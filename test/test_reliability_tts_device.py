@@ -1,0 +1,221 @@
+"""Fault injection: the TTS output device disappears mid-sentence and comes back.
+
+tts_node runs in its own process on a PulseAudio null sink of its own (real PortAudio through
+ALSA's pulse plugin); the sink's module is unloaded while a sentence plays and loaded back
+with the same name. PulseAudio moves the stream to another sink when its sink goes (PortAudio
+sees no error), so the node must notice through its output watch. Prints the measured figures
+(``FIGURE name=value``; docs/reliability.md has them)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+from std_msgs.msg import String
+from test_diagnostics import Diagnostics
+
+from audio_fixtures import pulse  # noqa: F401 - fixture
+from bolt_agent.core.speech.pulse_route import PulseRoute
+from bolt_agent.devices.pulse_server import wait_for
+from bolt_agent.nodes import qos
+from bolt_agent_interfaces.msg import SpokenText, TtsState
+from ros_helpers import ros_node, spin_until, wait_for_subscriber
+
+LONG = (
+    "Hello there, let me check the back room for you. "
+    "I have iron helmets, leather boots and a fine steel breastplate. "
+    "Come back tomorrow and I will have even more."
+)
+RATE = 16000
+PAREC = ("parec", "--format=s16le", f"--rate={RATE}", "--channels=1", "--raw", "--latency-msec=20")
+LOUD = 1000  # int16 peak of a 20 ms window that counts as speech (a null sink is exact zeros)
+
+
+def figure(name: str, value: float, unit: str = " s") -> None:
+    print(f"FIGURE {name}={value:.3f}{unit}")
+
+
+class Recorder:
+    """``parec`` from a sink's monitor into a raw file: what really reached the sink."""
+
+    def __init__(self, pulse, source: str, path: Path) -> None:  # noqa: F811
+        self.path, self._file = path, path.open("wb")
+        self.proc = subprocess.Popen(
+            [*PAREC, "-d", source],
+            stdout=self._file,
+            env={**os.environ, **pulse.env()},
+        )
+
+    def loud_s(self) -> float:
+        """Seconds of 20 ms windows whose peak is speech-loud."""
+        x = np.frombuffer(self.path.read_bytes(), dtype=np.int16)
+        n = len(x) // 320
+        if n == 0:
+            return 0.0
+        peaks = np.abs(x[: n * 320].reshape(n, 320).astype(np.int32)).max(axis=1)
+        return float((peaks > LOUD).sum() * 0.02)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+        self._file.close()
+
+
+def node_streams(pulse, pid: int) -> list[int]:  # noqa: F811
+    """Sink indices of the playback streams of process ``pid``."""
+    inputs = json.loads(pulse.pactl("-f", "json", "list", "sink-inputs") or "[]")
+    return [
+        int(s["sink"])
+        for s in inputs
+        if s.get("properties", {}).get("application.process.id") == str(pid)
+    ]
+
+
+def load_sink(pulse, name: str) -> str:  # noqa: F811
+    module = pulse.pactl(
+        "load-module", "module-null-sink", f"sink_name={name}", "rate=48000", "channels=1"
+    ).strip()
+    assert module.isdigit(), f"could not load sink {name}: {module!r}"
+    return module
+
+
+def test_tts_device_vanishing_mid_sentence_is_reported_and_speech_resumes_on_it(
+    node_process,
+    unique_ns,
+    pulse,  # noqa: F811
+    tmp_path,
+):
+    sink = f"tts_fault_{uuid.uuid4().hex[:6]}"
+    module = load_sink(pulse, sink)
+    recorders: list[Recorder] = []
+    try:
+        args = ["-m", "bolt_agent.nodes.tts_node", "--ros-args", "-r", f"__ns:={unique_ns}"]
+        args += ["-p", "retry_s:=1.0"]
+        proc = node_process(*args, env=pulse.env(sink=sink), name="tts")
+        with ros_node("tts_fault_probe") as (node, ex):
+            statuses: list[dict] = []
+            node.create_subscription(
+                String,
+                f"{unique_ns}/tts_node/status",
+                lambda m: statuses.append(json.loads(m.data)),
+                qos.LATCHED,
+            )
+            states: list[TtsState] = []
+            node.create_subscription(TtsState, f"{unique_ns}/tts/state", states.append, qos.LATCHED)
+            diag = Diagnostics(node, unique_ns)
+            say = node.create_publisher(SpokenText, f"{unique_ns}/speech/say", qos.RELIABLE)
+
+            def status_after(i: int, text: str, level: str = "") -> bool:
+                return any(
+                    text in s.get("message", "") and s.get("level", "").startswith(level)
+                    for s in statuses[i:]
+                )
+
+            spin_until(ex, lambda: status_after(0, "open on device"), 60, proc.log())
+            assert status_after(0, f"PulseAudio sink {sink!r}"), statuses
+            wait_for_subscriber(ex, say)
+
+            # 1. a long sentence really plays on the sink; unload the sink mid-sentence
+            before = Recorder(pulse, f"{sink}.monitor", tmp_path / "before.raw")
+            recorders.append(before)
+            say.publish(SpokenText(turn_id="t1", seq=0, text=LONG, is_last_in_turn=True))
+            spin_until(ex, lambda: before.loud_s() >= 0.5, 30, "speech on the sink")
+            n_status = len(statuses)
+            pulse.pactl("unload-module", module)
+            t_unload = time.monotonic()
+            module = ""
+
+            # 2. detected and reported: ~/status ERROR and /diagnostics ERROR with the counter
+            lost = "audio output lost"
+            spin_until(ex, lambda: status_after(n_status, lost, "ERROR"), 20, proc.log())
+            detection_s = time.monotonic() - t_unload
+            report = next(s for s in statuses[n_status:] if s["level"] == "ERROR")
+            assert lost in report["message"] and sink in report["message"], report
+            level, _, values = diag.wait(
+                ex,
+                "tts_node",
+                lambda lv, m, v: lv == "ERROR" and int(v.get("failures.output_lost", 0)) >= 1,
+                10,
+            )
+            assert level == "ERROR", (level, values)
+            assert lost in proc.log()
+
+            # the current sentence is dropped: interrupted, what was played before is reported
+            def t1_cut() -> list[TtsState]:
+                return [m for m in states if m.turn_id == "t1" and m.interrupted]
+
+            spin_until(ex, t1_cut, 10, "t1 interrupted")
+            cut = t1_cut()[-1]
+            assert not cut.speaking
+            assert LONG.startswith(cut.spoken_text) and len(cut.spoken_text) < len(LONG)
+            # and nothing keeps playing on the sink PulseAudio moved the stream to
+            assert node_streams(pulse, proc.proc.pid) == [], pulse.pactl("list", "sink-inputs")
+
+            # 3. while it is gone, a sentence is dropped and counted, not queued for later
+            say.publish(
+                SpokenText(turn_id="t2", seq=0, text="Nobody hears me.", is_last_in_turn=True)
+            )
+            diag.wait(ex, "tts_node", lambda lv, m, v: int(v.get("failures.no_output", 0)) >= 1, 30)
+            assert proc.alive(), proc.log()
+
+            # 4. the sink comes back under the same name: reopened there, speech resumes on it
+            n_status = len(statuses)
+            module = load_sink(pulse, sink)
+            t_back = time.monotonic()
+            after = Recorder(pulse, f"{sink}.monitor", tmp_path / "after.raw")
+            recorders.append(after)
+            spin_until(ex, lambda: status_after(n_status, "open on device"), 30, proc.log())
+            reopen_s = time.monotonic() - t_back
+            back = "I am back on my own speaker."
+            say.publish(SpokenText(turn_id="t3", seq=0, text=back, is_last_in_turn=True))
+            spin_until(ex, lambda: after.loud_s() >= 0.3, 30, "speech on the returned sink")
+            resumed_s = time.monotonic() - t_back
+            spin_until(
+                ex,
+                lambda: any(m.turn_id == "t3" and m.spoken_text == back for m in states),
+                30,
+                "t3 spoken",
+            )
+            assert not any(m.interrupted for m in states if m.turn_id == "t3")
+            diag.wait(ex, "tts_node", lambda lv, m, v: lv == "OK" or "recent failure" in m, 10)
+            figure("tts_device_loss_detected", detection_s)
+            figure("tts_device_reopened", reopen_s)
+            figure("tts_device_resumed_audio", resumed_s)
+            assert detection_s < 10 and resumed_s < 30  # generous: figures are in the docs
+        assert proc.alive(), proc.log()
+    finally:
+        for recorder in recorders:
+            recorder.stop()
+        if module:
+            pulse.pactl("unload-module", module)
+
+
+def test_the_sink_watch_asks_pulseaudio_only_after_a_sink_event(pulse, monkeypatch):  # noqa: F811
+    """The periodic watch is nearly free: ``pactl subscribe`` events decide when PulseAudio is
+    asked again; a vanished sink is still seen at the next check."""
+    for key, value in pulse.base_env.items():
+        monkeypatch.setenv(key, value)
+    name = f"watch_{uuid.uuid4().hex[:6]}"
+    module = load_sink(pulse, name)
+    route = PulseRoute(name, full_check_s=3600.0)
+    other = ""
+    try:
+        assert route.check(force=False) is None and route.full_checks == 1  # first: asks
+        other = load_sink(pulse, name + "_b")  # an event proves the subscription is live
+        wait_for(lambda: route.check(force=False) is None and route.full_checks == 2, 10, "event")
+        for _ in range(20):  # quiet: no pactl query at all
+            assert route.check(force=False) is None
+        assert route.full_checks == 2
+        pulse.pactl("unload-module", module)
+        wait_for(lambda: route.check(force=False) is not None, 10, "the loss")
+        assert "is gone" in (route.check(force=False) or "")  # still wrong: asked again
+    finally:
+        route.close()
+        for m in (module, other):
+            if m:
+                pulse.pactl("unload-module", m)
