@@ -212,3 +212,30 @@ def test_a_failing_turn_is_reported_and_the_worker_goes_on():
     with pytest.raises(ValueError, match="no such tool choice"):
         bad.result(timeout=0)
     assert good.result().spoken_text == "Fine." and calls["n"] == 2
+
+
+def test_a_reset_cancels_the_turn_in_progress_and_forgets_the_conversation():
+    h = Harness(["First answer.", "one two three four five six seven eight.", "Fresh."])
+    sched = h.scheduler
+    resets: list = []
+
+    def on_token(n: int) -> None:  # a reset (llm/reset) lands while t2 is decoding
+        if sched.current_turn == "t2" and not resets:
+            resets.append(sched.reset("llm/reset"))
+
+    h.engine.on_token = on_token
+    sched.start()
+    sched.submit("t1", "hi", NO_THINK, RecordingSink())
+    sched.run_pending()
+    assert [t.turn_id for t in h.runner.dialogue.turns] == ["t1"]
+    second = sched.submit("t2", "count", NO_THINK, RecordingSink())
+    sched.run_pending()
+    assert second.result().cancelled and h.cancelled == [("t2", "llm/reset")]
+    assert resets[0].result(timeout=0) == 2  # t1 and the cut-off t2 forgotten
+    assert h.runner.dialogue.turns == [] and h.runner.dialogue.messages()[0]["role"] == "system"
+    third = sched.submit("t3", "hello again", NO_THINK, RecordingSink())
+    sched.run_pending()
+    assert third.result().spoken_text == "Fresh."
+    assert [t.turn_id for t in h.runner.dialogue.turns] == ["t3"]
+    sched.stop()
+    assert sched.reset().result(timeout=0) == 1  # inactive: at once, no worker needed

@@ -9,6 +9,7 @@ import pytest
 from rclpy.action import ActionClient, ActionServer
 from rclpy.callback_groups import ReentrantCallbackGroup
 from std_msgs.msg import String
+from std_srvs.srv import Trigger
 
 from bolt_agent.nodes.qos import LATCHED, RELIABLE
 from bolt_agent_interfaces.action import Converse, PlayAnimation
@@ -225,6 +226,32 @@ def test_a_partial_transcript_prefills_the_prompt_before_the_final_starts_the_tu
     log = llm.log()
     assert log.index(partial) < log.index("turn u1:"), log
     assert llm.alive()
+
+
+def test_reset_service_starts_a_new_conversation(node_process, unique_ns):
+    """``llm/reset`` (std_srvs/Trigger) over DDS: the history is forgotten, the node answers on."""
+    llm = start_llm(node_process, unique_ns, tool_choice="none", max_steps="1")
+    with ros_node("resetter", unique_ns) as (node, executor):
+        rec = Recorder(node, serve_animation=False)
+        reset = node.create_client(Trigger, "llm/reset")
+        wait_for_subscriber(executor, rec.prompt, timeout=60)
+        spin_until(executor, reset.service_is_ready, 30, "the llm/reset service")
+
+        def call() -> Trigger.Response:
+            future = reset.call_async(Trigger.Request())
+            spin_until(executor, future.done, 30, f"llm/reset\n{llm.log()[-2000:]}")
+            return future.result()
+
+        for i in (1, 2):
+            rec.prompt.publish(String(data=f"Hello number {i}."))
+            spin_until(executor, lambda i=i: rec.turn_over(f"teleop-{i}"), 60, llm.log())
+        first = call()
+        assert first.success and first.message == "forgot 2 turn(s)", first
+        assert call().message == "forgot 0 turn(s)"
+        rec.prompt.publish(String(data="Hello again."))
+        spin_until(executor, lambda: rec.turn_over("teleop-3"), 60, llm.log())
+        assert call().message == "forgot 1 turn(s)"  # only the turn after the reset
+    assert "conversation reset" in llm.log() and llm.alive()
 
 
 def test_missing_model_leaves_the_node_alive_and_unconfigured(node_process, unique_ns):

@@ -34,12 +34,15 @@ def _stamp(t) -> float:
 
 
 def run_profile(eval_set, log: Callable[[str], None] = print, limit: int = 0) -> dict[str, Any]:
-    """Run every request of ``eval_set`` (one conversation, in order) and score it."""
+    """Run every request of ``eval_set`` and score it. Each request starts a new conversation
+    (``llm/reset``): one wrong reply copied by the next turns would otherwise be counted again
+    and again; the cached prefix (system prompt, examples) stays warm across requests."""
     # a DDS domain of our own: nobody else's stack or test hears our turns (as `bolt-agent bench`)
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     os.environ["ROS_DOMAIN_ID"] = str(random.SystemRandom().randint(102, 200))
     from rclpy.action import ActionClient
     from rclpy.node import Node
+    from std_srvs.srv import Trigger
 
     from bolt_agent.core.llm.evaluation import TurnRecord, score
     from bolt_agent.nodes.qos import RELIABLE
@@ -78,13 +81,19 @@ def run_profile(eval_set, log: Callable[[str], None] = print, limit: int = 0) ->
         probe.create_subscription(SpokenText, "speech/say", on_say, RELIABLE)
         probe.create_subscription(TurnMetrics, "bolt/turn_metrics", on_metrics, RELIABLE)
         client = ActionClient(probe, Converse, "llm/converse")
+        reset = probe.create_client(Trigger, "llm/reset")
         session.add(probe)
         failed = session.bring_up(progress=log)
         session.start()
         if failed or not client.wait_for_server(timeout_sec=30):
             raise RuntimeError(f"the stack did not come up: {failed or 'no llm/converse server'}")
+        if not reset.wait_for_service(timeout_sec=30):
+            raise RuntimeError("no llm/reset service")
         load_s = time.monotonic() - t0
         for i, request in enumerate(requests):
+            answer = _wait(reset.call_async(Trigger.Request()), 30)
+            if answer is None or not answer.success:
+                raise RuntimeError(f"llm/reset failed: {answer and answer.message}")
             records.append(_one_turn(client, Converse, request, said, metrics, done))
             r = records[-1]
             log(f"[{i + 1}/{len(requests)}] {request.text!r} -> {r.sentences} {r.calls} {r.error}")

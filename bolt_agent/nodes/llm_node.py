@@ -16,6 +16,7 @@ import json
 import threading
 import uuid
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout  # not builtin before 3.11
 from concurrent.futures import wait as wait_futures
 from typing import Any
 
@@ -28,6 +29,7 @@ try:  # Iron+
 except ImportError:  # Humble
     from rclpy.qos_event import SubscriptionEventCallbacks
 from std_msgs.msg import Bool, String
+from std_srvs.srv import Trigger
 
 from bolt_agent.core.llm.chat_template import Knobs
 from bolt_agent.core.llm.dialogue import Dialogue
@@ -58,6 +60,9 @@ from bolt_agent_interfaces.msg import (
     TtsState,
     VoiceActivity,
 )
+
+#: how long ``llm/reset`` waits for the worker to finish cancelling and forget the history
+RESET_TIMEOUT_S = 10.0
 
 
 class LlmNode(BoltLifecycleNode):
@@ -213,6 +218,9 @@ class LlmNode(BoltLifecycleNode):
                         Bool, topic, cb, profile, callback_group=io, event_callbacks=quiet
                     )
                 )
+        self._reset_srv = self.create_service(
+            Trigger, "llm/reset", self._on_reset, callback_group=ReentrantCallbackGroup()
+        )
         self._converse = self.create_action_server(
             Converse,
             "llm/converse",
@@ -242,6 +250,7 @@ class LlmNode(BoltLifecycleNode):
             self.destroy_subscription(ent)
         self._entities = []
         self._converse.destroy()
+        self.destroy_service(self._reset_srv)
         self.tools.destroy()
         for pub in (self._say_pub, self._think_pub, self._stop_pub, self._tool_pub):
             self.destroy_publisher(pub)
@@ -317,6 +326,19 @@ class LlmNode(BoltLifecycleNode):
         scene = self._scene if self.profile.use_scene else None
         knobs = knobs or self.default_knobs()
         return TurnRequest(turn_id, text, knobs, self.params.tool_choice, scene)
+
+    def _on_reset(self, _request: Trigger.Request, response: Trigger.Response) -> Any:
+        """``llm/reset``: a new conversation (history forgotten, the turn in progress cancelled)."""
+        if self.scheduler is None:
+            response.success, response.message = False, "llm_node is not configured"
+            return response
+        try:
+            forgotten = self.scheduler.reset("llm/reset").result(timeout=RESET_TIMEOUT_S)
+        except FutureTimeout:
+            response.success, response.message = False, "the LLM worker did not answer in time"
+            return response
+        response.success, response.message = True, f"forgot {forgotten} turn(s)"
+        return response
 
     def cancel_current(self, why: str) -> None:
         if self.scheduler is not None:

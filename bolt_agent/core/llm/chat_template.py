@@ -85,6 +85,17 @@ class ChatTemplate:
     def bundled(cls, bos_token: str = "<bos>") -> ChatTemplate:
         return cls(bundled_template_source(), bos_token=bos_token, name="bolt_gemma4 (bundled)")
 
+    @classmethod
+    def for_gguf(cls, llm: Any, override: str = "") -> ChatTemplate:
+        """The template a loaded GGUF (a ``llama_cpp.Llama``, weights or vocabulary only) is
+        rendered with: ``override``, else the GGUF's own, else the bundled Bolt template; its
+        BOS/EOS strings from the vocabulary. One rule for the local and the remote engine."""
+        bos, eos = _token_text(llm, llm.token_bos()), _token_text(llm, llm.token_eos())
+        source = override or llm.metadata.get("tokenizer.chat_template", "")
+        if source:
+            return cls(source, bos_token=bos, eos_token=eos, name="gguf")
+        return cls.bundled(bos_token=bos)
+
     @property
     def is_bundled(self) -> bool:
         return self.name.endswith("(bundled)")
@@ -142,3 +153,9 @@ def _args(arguments: Any) -> dict[str, Any]:
 
 def _raise(message: str) -> None:
     raise ChatTemplateError(message)
+
+
+def _token_text(llm: Any, token: int) -> str:
+    if token < 0:
+        return ""
+    return llm.detokenize([token], special=True).decode("utf-8", errors="replace")

@@ -119,6 +119,14 @@ class Dialogue:
             out.extend(turn.messages())
         return out
 
+    def clear(self) -> int:
+        """Forget the conversation (a new user, a new eval request); the system prompt and the
+        examples stay, so the cached prefix does too. Returns the turns forgotten."""
+        n = len(self.turns)
+        self.turns.clear()
+        self._nearest_turn, self._nearest_messages = "", []
+        return n
+
     # --- interruptions -------------------------------------------------------------------------
     def mark_interrupted(self, turn_id: str, spoken_text: str) -> bool:
         """Keep only what was actually said in that turn, followed by an interruption marker."""

@@ -80,7 +80,14 @@ class InterruptedJob:
     spoken_text: str
 
 
-Job = TurnJob | PrewarmJob | InterruptedJob
+@dataclass(frozen=True)
+class ResetJob:
+    """Forget the conversation; ``done`` holds the number of turns forgotten."""
+
+    done: Future = field(default_factory=Future)
+
+
+Job = TurnJob | PrewarmJob | InterruptedJob | ResetJob
 
 
 class NotActiveError(RuntimeError):
@@ -155,6 +162,18 @@ class TurnScheduler:
     def interrupted(self, turn_id: str, spoken_text: str) -> None:
         self._jobs.put(InterruptedJob(turn_id, spoken_text))
 
+    def reset(self, why: str = "reset") -> Future:
+        """A new conversation: cancel the turn in progress and what is queued, then forget the
+        history on the worker (after whatever the worker is finishing). The future holds the
+        number of turns forgotten."""
+        job = ResetJob()
+        self.cancel(why)
+        if self._active:
+            self._jobs.put(job)
+        else:  # no worker: nothing can be using the dialogue
+            job.done.set_result(self.runner.dialogue.clear())
+        return job.done
+
     def cancel(self, why: str) -> str:
         """Cancel the turn in progress and every job still queued (the id of the one in
         progress, or '' when there was none or it was already cancelled)."""
@@ -203,6 +222,10 @@ class TurnScheduler:
             n += 1
 
     def run_job(self, job: Job) -> None:
+        if isinstance(job, ResetJob):  # also while deactivating: its caller waits for it
+            job.done.set_result(self.runner.dialogue.clear())
+            self._log.info("conversation reset")
+            return
         if not self._active:  # deactivating: turns queued before it are refused, not run
             if isinstance(job, TurnJob) and not job.done.done():
                 job.done.set_exception(NotActiveError("llm_node is not active"))

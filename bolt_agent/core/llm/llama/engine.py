@@ -146,18 +146,7 @@ class LlamaEngine(TextEngine):
         }
 
     def _pick_template(self) -> ChatTemplate:
-        meta = self.llm.metadata
-        bos = self._token_text(self.llm.token_bos())
-        eos = self._token_text(self.llm.token_eos())
-        source = self.config.chat_template or meta.get("tokenizer.chat_template", "")
-        if source:
-            return ChatTemplate(source, bos_token=bos, eos_token=eos, name="gguf")
-        return ChatTemplate.bundled(bos_token=bos)
-
-    def _token_text(self, token: int) -> str:
-        if token < 0:
-            return ""
-        return self.llm.detokenize([token], special=True).decode("utf-8", errors="replace")
+        return ChatTemplate.for_gguf(self.llm, self.config.chat_template)
 
     @property
     def llm(self):

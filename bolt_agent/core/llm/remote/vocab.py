@@ -28,16 +28,7 @@ class LocalVocabulary:
     def template(self, override: str = "") -> ChatTemplate:
         """The override, else the GGUF's own template, else the bundled Bolt template (the
         local engine's rule)."""
-        bos, eos = self._text(self._llm.token_bos()), self._text(self._llm.token_eos())
-        source = override or self._llm.metadata.get("tokenizer.chat_template", "")
-        if source:
-            return ChatTemplate(source, bos_token=bos, eos_token=eos, name="gguf")
-        return ChatTemplate.bundled(bos_token=bos)
-
-    def _text(self, token: int) -> str:
-        if token < 0:
-            return ""
-        return self._llm.detokenize([token], special=True).decode("utf-8", errors="replace")
+        return ChatTemplate.for_gguf(self._llm, override)
 
     def close(self) -> None:
         self._llm.close()
