@@ -54,6 +54,19 @@ def ros_node(name: str, namespace: str = "") -> Iterator[tuple[Node, SingleThrea
         rclpy.shutdown(context=context)
 
 
+def default_signals() -> None:
+    """``preexec_fn`` for the processes tests start: SIGINT and SIGTERM at their default
+    disposition and unblocked, as a shell starts a command. ``ros2 launch`` relies on that (its
+    signal manager only watches Python's wakeup fd and never installs a handler): in three
+    full-suite runs launch and its nodes ignored SIGINT (no "user interrupted" line at all) while
+    every isolated run of the same tests stopped cleanly, which points at a disposition or mask
+    the long-lived test process had picked up (rclpy installs and restores signal handlers per
+    context) and handed down to its children."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 class NodeProcess:
     """A bolt_agent node (or any module) in a separate process; logs go to a file."""
 
@@ -66,6 +79,7 @@ class NodeProcess:
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
             start_new_session=True,
+            preexec_fn=default_signals,
         )
 
     def log(self) -> str:
@@ -173,6 +187,7 @@ class Streaming:
             text=True,
             env=ros2_env(),
             start_new_session=True,
+            preexec_fn=default_signals,
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -249,6 +264,7 @@ class Ros2Launch:
             stderr=subprocess.STDOUT,
             env=ros2_env(),
             start_new_session=True,
+            preexec_fn=default_signals,
         )
         self.result: LaunchStop | None = None
 
