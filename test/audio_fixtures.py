@@ -48,16 +48,12 @@ def make_speech(out_dir: Path, texts: tuple[str, ...] = UTTERANCES) -> SpeechWav
     non-silent (|x| > 0.01)."""
     import wave
 
-    import onnxruntime
-
     from bolt_agent.core.models import resolve_model
     from bolt_agent.core.speech.audio_io import float_to_int16, int16_to_float, resample
     from bolt_agent.core.speech.tts_engine import PiperEngine
 
-    # Piper's VITS draws its noise inside the ONNX graph: seeded, the test audio (and with it
-    # every WER check on it) is the same in every run
-    onnxruntime.set_seed(7)
-    engine = PiperEngine(resolve_model("", kind="tts"))
+    # seeded: the test audio (and with it every WER check on it) is the same in every run
+    engine = PiperEngine(resolve_model("", kind="tts"), seed=7)
     engine.load()
     parts, truth, pos = [np.zeros(int(16000 * LEAD_S), np.float32)], [], int(16000 * LEAD_S)
     for i, text in enumerate(texts):

@@ -83,7 +83,8 @@ class NodeProcess:
         )
 
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:  # (after stop(), the file holds everything)
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
 
     def alive(self) -> bool:

@@ -274,6 +274,29 @@ def test_paced_sink_plays_in_real_time_and_stops_at_once():
         sink.close()
 
 
+def test_paced_sink_drops_a_block_it_cannot_emit_reports_it_and_goes_on():
+    """A failed publish (the context going down, a bad message) loses that block only: the
+    thread lives on, the failure reaches ``on_error``, the segment still finishes."""
+    import threading
+
+    emitted, errors, done = [], [], threading.Event()
+
+    def emit(block: np.ndarray) -> None:
+        emitted.append(len(block))
+        if len(emitted) == 2:
+            raise RuntimeError("publisher's context is invalid")
+
+    sink = PacedSink(emit, 16000, 20, on_done=lambda tag: done.set(), on_error=errors.append)
+    sink.open()
+    try:
+        sink.write("a", np.ones(3200, np.int16))  # 10 blocks
+        assert done.wait(2.0)
+        assert len(emitted) == 10 and [str(e) for e in errors] == ["publisher's context is invalid"]
+        assert sink.progress("a") == (3200, 3200)
+    finally:
+        sink.close()
+
+
 @pytest.mark.slow
 def test_whisper_encoder_window_gives_the_same_words(speech_wav):  # noqa: F811
     from bolt_agent.core.models import resolve_model

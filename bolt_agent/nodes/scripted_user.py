@@ -38,6 +38,8 @@ class ScriptedUser(Node):
         self.declare_parameter("silence_after_s", 1.2)
         self.declare_parameter("turn_timeout_s", 90.0)
         self.declare_parameter("reply_pause_s", 0.8)  # a person waits this long after the robot
+        # the voice's noise seed: a scenario's audio is the same in every run (-1: random)
+        self.declare_parameter("seed", 7)
         self._pub = self.create_publisher(AudioChunk, "audio/input", AUDIO)
         self._lock = threading.Condition()
         self._finals: list[Transcript] = []
@@ -50,7 +52,9 @@ class ScriptedUser(Node):
         self._voice: PiperEngine | None = None
 
     def load(self) -> None:
-        self._voice = PiperEngine(resolve_model(self.get_parameter("voice").value, kind="tts"))
+        seed = self.get_parameter("seed").value
+        model = resolve_model(self.get_parameter("voice").value, kind="tts")
+        self._voice = PiperEngine(model, seed=seed if seed >= 0 else None)
         self._voice.load()
 
     # --- callbacks (executor threads) --------------------------------------------------------

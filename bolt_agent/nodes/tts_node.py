@@ -205,7 +205,9 @@ class TtsNode(BoltLifecycleNode):
         rate, block = self._engine.sample_rate, p.block_ms
         self._done_q = done_q = queue.Queue()
         if p.audio_sink == "topic":
-            self._sink = PacedSink(self._publish_audio, rate, block, on_done=done_q.put)
+            self._sink = PacedSink(
+                self._publish_audio, rate, block, on_done=done_q.put, on_error=self._audio_failed
+            )
         else:
             latency = p.latency_s or "low"
             route = self._pulse_route()
@@ -316,6 +318,11 @@ class TtsNode(BoltLifecycleNode):
         self.status("OK", f"audio output open on {where}")
         self.get_logger().info(f"audio output open on {where}")
         return True
+
+    def _audio_failed(self, exc: Exception) -> None:
+        """A block the output thread could not publish: dropped, counted, logged (throttled)."""
+        self.record_failure("output", f"audio/output block dropped: {exc!r}", log=False)
+        self.get_logger().error(f"audio/output block dropped: {exc!r}", throttle_duration_sec=5.0)
 
     def _publish_audio(self, block: np.ndarray) -> None:
         msg = AudioChunk()

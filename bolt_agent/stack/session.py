@@ -9,8 +9,8 @@ benchmark's stack host).
         ...
     # exit: lifecycle shutdown (reverse order), executor shut down, nodes destroyed, rclpy down
 
-``spin()`` instead of ``start()`` spins in the calling thread until Ctrl-C / shutdown. The
-executor comes from ``nodes.runtime`` (the console scripts use the same helper).
+``spin()`` instead of ``start()`` also waits in the calling thread until Ctrl-C / SIGTERM /
+shutdown. The executor comes from ``nodes.runtime`` (the console scripts use the same helper).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from rclpy.logging import get_logger
 from rclpy.node import Node
 
 from bolt_agent.nodes import runtime
-from bolt_agent.stack.spec import StackSpec, bring_up_all, build_stack, shut_down_lifecycle
+from bolt_agent.stack.spec import StackSpec, bring_up_all, build_stack
 
 #: how long the exit waits for the background spin thread to return after the executor's shutdown
 _JOIN_TIMEOUT_S = 10.0
@@ -42,13 +42,14 @@ class StackSession:
         self.nodes: list[Node] = []  # every node owned: stack nodes and extras, in added order
         self.executor: MultiThreadedExecutor | None = None
         self._thread: threading.Thread | None = None
+        self._spun = threading.Event()  # set when the background spin returns
         self._owns_rclpy = False
         self.log = get_logger("stack_session")
 
     # -- lifetime -------------------------------------------------------------------------------
     def __enter__(self) -> StackSession:
-        if not rclpy.ok():
-            rclpy.init()
+        if not rclpy.ok():  # Ctrl-C/SIGTERM: KeyboardInterrupt in the main thread (runtime.init)
+            runtime.init()
             self._owns_rclpy = True
         return self
 
@@ -59,20 +60,21 @@ class StackSession:
         """Lifecycle shutdown of the stack nodes in reverse order (while the executor still
         spins: shutdown callbacks may need it), then stop the executor and its thread, then
         destroy every node, then rclpy. Safe to call twice."""
-        self._step("lifecycle shutdown", shut_down_lifecycle, self.stack_nodes)
+        if self._owns_rclpy:
+            runtime.stopping()  # a second Ctrl-C must not cut the clean-up short
+        self._step("lifecycle shutdown", runtime.shut_down_lifecycle, self.stack_nodes)
         if self.executor is not None:
             self._step("executor shutdown", self.executor.shutdown)
             self.executor = None
         if self._thread is not None:
-            self._thread.join(_JOIN_TIMEOUT_S)
-            if self._thread.is_alive():
+            if not self._spun.wait(_JOIN_TIMEOUT_S):  # (not join: runtime.wait_for_interrupt)
                 self.log.error(f"the executor thread did not stop within {_JOIN_TIMEOUT_S} s")
             self._thread = None
         for node in reversed(self.nodes):
             self._step(f"destroying {_name(node)}", node.destroy_node)
         self.nodes, self.stack_nodes = [], []
         if self._owns_rclpy:
-            self._step("rclpy shutdown", rclpy.try_shutdown)
+            self._step("rclpy shutdown", runtime.shutdown)
             self._owns_rclpy = False
 
     def _step(self, what: str, fn: Callable, *args) -> None:
@@ -112,22 +114,24 @@ class StackSession:
         if self._thread is not None:
             return
         executor = self._ensure_executor()
+        self._spun.clear()
         self._thread = threading.Thread(
             target=self._spin_logged, args=(executor,), name="stack_executor", daemon=True
         )
         self._thread.start()
 
     def spin(self) -> None:
-        """Spin in the calling thread until Ctrl-C / rclpy shutdown / ``close()``."""
-        if self._thread is not None:
-            raise RuntimeError("the executor already spins in the background (start())")
-        runtime.spin_until_shutdown(self._ensure_executor())
+        """Spin (in the background) until Ctrl-C / SIGTERM / rclpy shutdown / ``close()``."""
+        self.start()
+        runtime.wait_for_interrupt(self._spun)
 
     def _spin_logged(self, executor: MultiThreadedExecutor) -> None:
         try:
             runtime.spin_until_shutdown(executor)
         except Exception:
             self.log.error(f"the executor stopped:\n{traceback.format_exc()}")
+        finally:
+            self._spun.set()
 
     # -- lifecycle ------------------------------------------------------------------------------
     def bring_up(

@@ -197,14 +197,3 @@ def bring_up_all(
         if after_each is not None:
             after_each(node)
     return failed
-
-
-def shut_down_lifecycle(nodes: list[Node]) -> None:
-    """Lifecycle shutdown (stops worker threads, closes devices) in reverse order; a failure is
-    logged by its node and does not stop the others."""
-    for node in reversed(nodes):
-        if node.has_parameter("autostart") and hasattr(node, "trigger_shutdown"):
-            try:
-                node.trigger_shutdown()
-            except Exception as exc:
-                node.get_logger().error(f"shutdown failed: {exc!r}")

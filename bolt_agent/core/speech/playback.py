@@ -289,7 +289,8 @@ class Player:
 
 class PacedSink:
     """Headless stand-in for a device: emits blocks through ``emit(int16 block)`` in real time
-    from its own thread, with the same write/progress/stop interface as ``Player``."""
+    from its own thread, with the same write/progress/stop interface as ``Player``. A block
+    ``emit`` fails on is dropped and handed to ``on_error(exc)`` (the thread goes on)."""
 
     def __init__(
         self,
@@ -297,8 +298,10 @@ class PacedSink:
         sample_rate: int,
         block_ms: int = 20,
         on_done: Callable[[Hashable], None] | None = None,
+        on_error: Callable[[Exception], None] | None = None,
     ) -> None:
         self._emit, self.sample_rate = emit, sample_rate
+        self._on_error = on_error
         self._block = max(1, sample_rate * block_ms // 1000)
         self._queue = _SegmentQueue(on_done)
         self._wake = threading.Event()
@@ -328,13 +331,21 @@ class PacedSink:
             block = np.zeros(self._block, dtype=np.int16)
             with self._lock:
                 if self._queue.fill(block):
-                    self._emit(block)
+                    self._emit_block(block)
                     self._last_audio_t = time.monotonic()
             next_t += period
             delay = next_t - time.monotonic()
             if delay > 0:
                 self._wake.wait(delay)  # paced like a device clock; a write/stop wakes it early
                 self._wake.clear()
+
+    def _emit_block(self, block: np.ndarray) -> None:
+        try:
+            self._emit(block)
+        except Exception as exc:
+            if self._on_error is None:
+                raise
+            self._on_error(exc)
 
     def write(self, tag: Hashable, audio: np.ndarray) -> None:
         self._queue.add(tag, np.asarray(audio, dtype=np.int16), len(audio))

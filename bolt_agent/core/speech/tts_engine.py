@@ -91,6 +91,7 @@ class PiperEngine(TtsEngine):
     give that growth back after synthesis (≈ 17 % slower for them: 0.53 vs 0.46 s for 113
     characters, docs/benchmarks.md); shorter ones run on the kept arena at full speed. ``-1``:
     never shrink; ``mem_arena=False``: no arena at all (≈ 30 % slower for every sentence).
+    ``seed``: reproducible audio (a simulated user, test fixtures); None: a new voice each run.
     """
 
     def __init__(
@@ -102,11 +103,13 @@ class PiperEngine(TtsEngine):
         length_scale: float | None = None,
         mem_arena: bool = True,
         shrink_above_chars: int = 60,
+        seed: int | None = None,
     ) -> None:
         self.model_path = Path(model_path)
         self.config_path = Path(config_path) if config_path else Path(f"{model_path}.json")
         self.cpu_threads, self.use_cuda, self.length_scale = cpu_threads, use_cuda, length_scale
         self.mem_arena, self.shrink_above_chars = mem_arena, shrink_above_chars
+        self.seed = seed
         self._voice: Any = None
         self._syn_config: Any = None
 
@@ -118,6 +121,10 @@ class PiperEngine(TtsEngine):
         for path in (self.model_path, self.config_path):
             if not path.exists():
                 raise FileNotFoundError(f"Piper voice file missing: {path}")
+        if self.seed is not None:
+            # VITS draws its noise inside the graph, from a generator seeded when the session is
+            # made: seeded, one voice says the same texts in the same order with the same audio
+            onnxruntime.set_seed(self.seed)
         opts = onnxruntime.SessionOptions()
         opts.intra_op_num_threads = max(1, self.cpu_threads)
         opts.inter_op_num_threads = 1
