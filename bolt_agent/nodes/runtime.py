@@ -11,6 +11,7 @@ import contextlib
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -153,7 +154,7 @@ def wait_for_interrupt(done: threading.Event) -> None:
 
 class SpinThread(threading.Thread):
     """The executor spinning in a background thread; ``done`` is set when it returns, ``error``
-    holds what ended it abnormally."""
+    holds what ended it abnormally (logged with its traceback)."""
 
     def __init__(self, executor: Executor) -> None:
         super().__init__(name="executor", daemon=True)
@@ -166,7 +167,7 @@ class SpinThread(threading.Thread):
             spin_until_shutdown(self.executor)
         except Exception as exc:
             self.error = exc
-            raise  # threading's excepthook prints the traceback
+            get_logger("runtime").error(f"the executor stopped:\n{traceback.format_exc()}")
         finally:
             self.done.set()
 

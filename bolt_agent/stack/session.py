@@ -15,7 +15,6 @@ shutdown. The executor comes from ``nodes.runtime`` (the console scripts use the
 
 from __future__ import annotations
 
-import threading
 import traceback
 from collections.abc import Callable
 
@@ -41,8 +40,7 @@ class StackSession:
         self.stack_nodes: list[Node] = []  # built from the spec, in bring-up order
         self.nodes: list[Node] = []  # every node owned: stack nodes and extras, in added order
         self.executor: MultiThreadedExecutor | None = None
-        self._thread: threading.Thread | None = None
-        self._spun = threading.Event()  # set when the background spin returns
+        self._thread: runtime.SpinThread | None = None
         self._owns_rclpy = False
         self.log = get_logger("stack_session")
 
@@ -67,7 +65,7 @@ class StackSession:
             self._step("executor shutdown", self.executor.shutdown)
             self.executor = None
         if self._thread is not None:
-            if not self._spun.wait(_JOIN_TIMEOUT_S):  # (not join: runtime.wait_for_interrupt)
+            if not self._thread.done.wait(_JOIN_TIMEOUT_S):  # (not join: wait_for_interrupt)
                 self.log.error(f"the executor thread did not stop within {_JOIN_TIMEOUT_S} s")
             self._thread = None
         for node in reversed(self.nodes):
@@ -113,25 +111,13 @@ class StackSession:
         """Spin the executor in a background (daemon) thread."""
         if self._thread is not None:
             return
-        executor = self._ensure_executor()
-        self._spun.clear()
-        self._thread = threading.Thread(
-            target=self._spin_logged, args=(executor,), name="stack_executor", daemon=True
-        )
+        self._thread = runtime.SpinThread(self._ensure_executor())
         self._thread.start()
 
     def spin(self) -> None:
         """Spin (in the background) until Ctrl-C / SIGTERM / rclpy shutdown / ``close()``."""
         self.start()
-        runtime.wait_for_interrupt(self._spun)
-
-    def _spin_logged(self, executor: MultiThreadedExecutor) -> None:
-        try:
-            runtime.spin_until_shutdown(executor)
-        except Exception:
-            self.log.error(f"the executor stopped:\n{traceback.format_exc()}")
-        finally:
-            self._spun.set()
+        runtime.wait_for_interrupt(self._thread.done)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def bring_up(
