@@ -114,6 +114,10 @@ def feed(listener: Listener, blocks: range, queued: int = 0) -> list[tuple[int, 
     return out
 
 
+def at2(k: int, a: int, b: int) -> tuple[int, int]:
+    return at(k, a), at(k, b)
+
+
 def text(a: int, b: int) -> str:
     return f"{a}-{b}"
 
@@ -130,7 +134,7 @@ def test_voice_activity_final_and_metrics_with_stamps_from_sample_offsets():
         (14, VoiceActivityEvent(uid, True, False, at(14, onset))),  # 5 windows = 150 ms found
         (39, VoiceActivityEvent(uid, False, False, at(39, end))),  # 300 ms of silence confirmed
         (39, TranscriptEvent(uid, text(start, end), True, 0.75, "en", at(39, onset), at(39, end))),
-        (39, FinalMetrics(uid, at(39, end))),
+        (39, FinalMetrics(uid, at(39, end), "silence", 300.0)),
     ]
     assert asr.calls == [(True, start, end)]  # the padded audio, once
 
@@ -199,11 +203,16 @@ def test_speculative_final_is_published_early_and_reused_when_the_end_is_confirm
     assert events == [
         (8, VoiceActivityEvent(uid, True, False, at(8, onset))),
         # as soon as the padded end is buffered, 8 blocks before the VAD confirms it
-        (35, TranscriptEvent(uid, text(onset, end), False, 0.75, "en", at(35, onset), at(35, end))),
+        (
+            35,
+            TranscriptEvent(
+                uid, text(onset, end), False, 0.75, "en", at(35, onset), at(35, end), True
+            ),
+        ),
         (43, VoiceActivityEvent(uid, False, False, at(43, end))),
         # the final reuses the speculation: its result and its very span (stamps of block 35)
         (43, TranscriptEvent(uid, text(onset, end), True, 0.75, "en", at(35, onset), at(35, end))),
-        (43, FinalMetrics(uid, at(35, end))),
+        (43, FinalMetrics(uid, at(35, end), "silence", 300.0)),
     ]
     assert asr.calls == [(True, onset, end)]  # whisper ran once: the final reused it
 
@@ -247,12 +256,15 @@ def test_stale_speculation_is_never_transcribed_nor_published_by_a_busy_transcri
     uid = seen[0].utterance_id
     assert seen == [
         VoiceActivityEvent(uid, True, False, at(8, ONSET)),
+        # speech resumed after the pause's speculation was started: whatever was started from
+        # it (a preemptive answer) must be discarded
+        VoiceActivityEvent(uid, True, False, at(30, 31 * WINDOW), resumed=True),
         VoiceActivityEvent(uid, False, False, at(52, REAL_END)),
         # the speculative result came after the end: published once, as the final
         TranscriptEvent(
             uid, text(ONSET, REAL_END), True, 0.75, "en", at(41, ONSET), at(41, REAL_END)
         ),
-        FinalMetrics(uid, at(41, REAL_END)),
+        FinalMetrics(uid, at(41, REAL_END), "silence", 400.0),
     ]
 
 
@@ -369,7 +381,7 @@ def test_barge_in_needs_louder_longer_speech_and_flags_it():
     starts = [
         (k, e.barge_in)
         for k, e in feed(listener, range(len(probs)))
-        if isinstance(e, VoiceActivityEvent) and e.speaking
+        if isinstance(e, VoiceActivityEvent) and e.speaking and not e.resumed
     ]
     assert starts == [(4, False), (45, False), (90, False)]  # 0-30 is one utterance
 
@@ -396,7 +408,7 @@ def test_a_transcription_error_is_an_event_and_the_listener_keeps_working():
             at(113, third),
             at(113, third + 20 * WINDOW),
         ),
-        FinalMetrics(uids[2], at(113, third + 20 * WINDOW)),
+        FinalMetrics(uids[2], at(113, third + 20 * WINDOW), "silence", 300.0),
     ]
 
     # a failed speculative final: reported, and the final is transcribed again
@@ -485,8 +497,9 @@ def test_real_speech_with_silero_gives_one_final_per_utterance_at_its_boundaries
     audio, events = speech_wav.audio, []
     for i in range(0, len(audio), 1600):  # 100 ms blocks, stamped by sample count
         events += listener.push(audio[i : i + 1600], BASE + i * NS_PER_SAMPLE)
-    starts = [e for e in events if isinstance(e, VoiceActivityEvent) and e.speaking]
-    stops = [e for e in events if isinstance(e, VoiceActivityEvent) and not e.speaking]
+    voice = [e for e in events if isinstance(e, VoiceActivityEvent)]
+    starts = [e for e in voice if e.speaking and not e.resumed]
+    stops = [e for e in voice if not e.speaking]
     finals = [e for e in events if isinstance(e, TranscriptEvent) and e.is_final]
     metrics = [e for e in events if isinstance(e, FinalMetrics)]
     assert len(starts) == len(stops) == len(finals) == len(metrics) == len(speech_wav.truth)

@@ -11,6 +11,7 @@ from bolt_agent.core.speech.speaker import (
     MAX_TURNS,
     NO_OUTPUT,
     NOT_ACTIVE,
+    Discarded,
     Dropped,
     Failed,
     FirstAudio,
@@ -78,10 +79,10 @@ class FakeSink:
         return tag
 
 
-def make(is_open: bool = True, fail: tuple[str, ...] = (), start: bool = True):
+def make(is_open: bool = True, fail: tuple[str, ...] = (), start: bool = True, **kwargs):
     events: list = []
     synth, sink = FakeSynth(fail), FakeSink(is_open)
-    speaker = Speaker(synth, emit=events.append)
+    speaker = Speaker(synth, emit=events.append, **kwargs)
     if start:
         speaker.start(sink)
     return speaker, synth, sink, events
@@ -345,3 +346,78 @@ def test_a_late_stop_for_a_turn_already_cut_off_does_not_stop_the_newer_one():
     while speaker.synthesize_next():
         pass
     assert synth.texts[-1] == "Hello, I am being driven by a human now."
+
+
+# --- held turns (a preemptive answer) ----------------------------------------------------------
+def test_a_held_turn_is_synthesised_at_once_and_played_only_when_released():
+    speaker, synth, sink, events = make()
+    speaker.say("t1", "Hello there. I can nod.", False, held=True)
+    assert speaker.synthesize_next() and speaker.synthesize_next()
+    assert synth.texts == ["Hello there.", "I can nod."]  # the work is done ahead
+    assert sink.writes == [] and of_type(events, FirstAudio) == []
+    # never "speaking" while held: the echo gate must not close the mic on a user who goes on
+    assert all(not s.speaking for s in of_type(events, SpeechState))
+    speaker.say("t1", "", False)  # the release: the same turn, not held
+    assert [w.text for w in sink.writes] == ["Hello there.", "I can nod."]
+    assert of_type(events, FirstAudio) == [FirstAudio("t1")]
+    assert of_type(events, SpeechState)[-1] == SpeechState("t1", True, "", False)
+    speaker.say("t1", "Bye.", True)  # later sentences of the released turn play as usual
+    speaker.synthesize_next()
+    assert [w.text for w in sink.writes][-1] == "Bye."
+    for tag in list(sink.writes):
+        speaker.played(sink.finish(tag))
+    assert speaker.turn("t1").done.is_set()
+    assert speaker.turn("t1").spoken_text == "Hello there. I can nod. Bye."
+
+
+def test_a_discarded_held_turn_is_never_heard_nor_reported_as_interrupted():
+    speaker, _, sink, events = make()
+    speaker.say("t1", "Hello there. I can nod.", False, held=True)
+    speaker.synthesize_next()  # one synthesised, one still queued
+    assert speaker.discard("t1")  # llm_node's discard (speech/say, behind the held sentences)
+    assert speaker.synthesize_next() is False  # nothing left to synthesise
+    assert not speaker.discard("t1")  # nothing held any more
+    assert sink.writes == [] and sink.stops == 0
+    assert of_type(events, Stopped) == []
+    assert [s for s in of_type(events, SpeechState) if s.turn_id == "t1" and s.interrupted] == []
+    assert of_type(events, Discarded) == [Discarded("t1", 2)]
+    # the user pauses again: a new preemptive answer of the same utterance, released this time
+    speaker.say("t1", "Sure.", False, held=True)
+    speaker.synthesize_next()
+    assert sink.writes == []
+    speaker.say("t1", "", False)
+    assert [w.text for w in sink.writes] == ["Sure."]
+
+
+def test_tts_stop_naming_a_held_turn_discards_it_and_a_release_of_nothing_is_refused():
+    speaker, _, sink, events = make()
+    assert not speaker.release("t1") and not speaker.discard("t1")  # no such held turn
+    speaker.say("t1", "Hello.", True, held=True)
+    assert speaker.stop("t1") is None  # nothing was heard: no stop info
+    assert speaker.synthesize_next() is False and sink.writes == []
+    assert of_type(events, Discarded) == [Discarded("t1", 1)]
+
+
+def test_a_held_turn_never_released_is_discarded_after_max_hold_s():
+    now = [0.0]
+    speaker, _, sink, events = make(max_hold_s=10.0, clock=lambda: now[0])
+    speaker.say("t1", "Lost release.", True, held=True)
+    speaker.synthesize_next()
+    now[0] = 11.0
+    speaker.say("t2", "Next turn.", True)  # any later say drops what waited too long
+    assert of_type(events, Discarded) == [Discarded("t1", 1)]
+    speaker.synthesize_next()
+    assert [w.text for w in sink.writes] == ["Next turn."]
+
+
+def test_a_barge_in_stop_discards_a_held_turn_and_interrupts_the_playing_one():
+    speaker, _, sink, events = make()
+    speaker.say("t1", "One two three four.", True)
+    speaker.synthesize_next()
+    speaker.say("t2", "Held answer.", True, held=True)
+    speaker.synthesize_next()
+    sink.play_words(sink.writes[0], 2)
+    info = speaker.stop("", reason="barge-in")
+    assert info is not None and info.turn_id == "t1" and info.spoken == "One two"
+    assert of_type(events, Discarded) == [Discarded("t2", 1)]
+    assert [w.text for w in sink.writes] == ["One two three four."]

@@ -24,6 +24,7 @@ from bolt_agent.core.llm.turn_scheduler import TurnScheduler
 from bolt_agent.core.motion.animation import AnimationLibrary
 from bolt_agent.core.motion.animation_control import AnimationController
 from bolt_agent.core.speech.asr_engine import AsrResult
+from bolt_agent.core.speech.end_of_turn import EndOfTurnSettings
 from bolt_agent.core.speech.listener import (
     Listener,
     ListenerSettings,
@@ -98,6 +99,7 @@ listener_op = st.one_of(
     st.tuples(st.just("push"), block),
     st.tuples(st.just("robot"), st.booleans()),
     st.tuples(st.just("run"), st.integers(0, 4)),
+    st.tuples(st.just("hint"), st.sampled_from([0.0, 0.5, 1.0, math.nan, 2.0])),
 )
 
 
@@ -109,14 +111,17 @@ listener_op = st.one_of(
     speculative=st.booleans(),
     partial_s=st.sampled_from([0.0, 0.05, 0.3]),
     ops=st.lists(listener_op, max_size=60),
+    semantic=st.booleans(),
 )
-def test_fuzz_listener(probs, outcomes, echo, speculative, partial_s, ops):
+def test_fuzz_listener(probs, outcomes, echo, speculative, partial_s, ops, semantic):
     runner = LaterRunner()
     vad = VadSegmenter(
         VadConfig(min_speech_ms=64, min_silence_ms=96, speech_pad_ms=32, max_speech_s=1.0),
         ScriptedVad(probs),
     )
-    settings_ = ListenerSettings(echo, 0.8, 64, 0, partial_s, speculative, 0.5)
+    # semantic: the VAD's 96 ms is the longest wait; complete words end the turn after 32 ms
+    eot = EndOfTurnSettings("semantic" if semantic else "fixed", 32, 96, 0.3, 64)
+    settings_ = ListenerSettings(echo, 0.8, 64, 0, partial_s, speculative, 0.5, eot)
     clock = iter(range(10**6)).__next__  # a deterministic clock (the echo tail is 0)
     listener = Listener(FlakyAsr(outcomes), settings_, vad, runner, clock=lambda: clock())
     events: list = []
@@ -130,6 +135,8 @@ def test_fuzz_listener(probs, outcomes, echo, speculative, partial_s, ops):
             stamp += n * 62_500
         elif op == "robot":
             listener.robot_speaking(arg)
+        elif op == "hint":  # the LLM's judgement, maybe late, maybe about another utterance
+            listener.end_of_turn_hint(listener._utt_id or "u-none", "words", arg)
         else:
             runner.run(arg)
             events += listener.take_events()
@@ -139,12 +146,16 @@ def test_fuzz_listener(probs, outcomes, echo, speculative, partial_s, ops):
     runner.run(10**6)
     events += listener.take_events()
 
-    speaking, started, ended = False, set(), []
+    speaking, started, ended, started_last = False, set(), [], ""
     outcome: dict[str, int] = {}
     for e in events:
-        if isinstance(e, VoiceActivityEvent):
+        if isinstance(e, VoiceActivityEvent) and e.resumed:
+            # speaking again after a speculative end: within the utterance in progress
+            assert speaking and e.speaking and e.utterance_id == started_last, e
+        elif isinstance(e, VoiceActivityEvent):
             assert e.speaking != speaking, "voice activity must alternate start/stop"
             speaking = e.speaking
+            started_last = e.utterance_id
             (started.add if e.speaking else ended.append)(e.utterance_id)
         elif isinstance(e, TranscriptEvent):
             assert e.utterance_id in started and e.audio_start_ns <= e.audio_end_ns

@@ -117,3 +117,33 @@ def test_the_last_tokenization_is_reused_and_not_shared(model_path):
         assert eng.tokenize(text + "!") != tokens[:-1]
     finally:
         eng.close()
+
+
+def test_a_stable_prefix_checkpoint_serves_a_prompt_that_departs_far_back(model_path):
+    """Per-turn few-shot examples sit between the history and the user's words, so the next
+    turn's prompt departs from this one right after the history: further back than the small
+    window can roll. The checkpoint taken at the stable prefix (``mark_stable``) serves it; the
+    second-token checkpoint alone (at the prompt's end) cannot."""
+    examples = " ".join(f"Example {i}: a nod is a happy animation." for i in range(40))
+    later = " Then the user asked about the plate."
+
+    def run(mark: bool) -> tuple[int, int, int, int]:
+        eng = _engine(model_path)
+        try:
+            if mark:
+                eng.mark_stable(HISTORY)
+            first = eng.start(HISTORY + " " + examples + " Question: where is the cup?")
+            first.sample(GREEDY)
+            first.sample(GREEDY)
+            first.force(" " + THOUGHT[:400])
+            second = eng.start(HISTORY + later + " Question: is it red?")
+            guard = eng.swa_guard
+            n_history = len(eng.tokenize(HISTORY))
+            return second.stats.reused_tokens, guard.restored, guard.refilled, n_history
+        finally:
+            eng.close()
+
+    reused, restored, refilled, n_history = run(mark=True)
+    assert (restored, refilled) == (1, 0) and n_history - 2 <= reused <= n_history
+    reused, restored, refilled, _ = run(mark=False)
+    assert refilled == 1 and reused == 0  # everything prefilled again

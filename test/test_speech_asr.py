@@ -99,7 +99,7 @@ def test_streamed_speech_gives_partials_then_finals_at_true_boundaries(
         spin_until(ex, lambda: len(finals()) == len(speech_wav.texts), 30, f"finals: {events}")
         spin_until(ex, lambda: len(metrics) == len(speech_wav.texts), 5, "turn metrics")
 
-    starts = [e for e in events if isinstance(e, VoiceActivity) and e.speaking]
+    starts = [e for e in events if isinstance(e, VoiceActivity) and e.speaking and not e.resumed]
     stops = [e for e in events if isinstance(e, VoiceActivity) and not e.speaking]
     assert len(starts) == len(stops) == len(speech_wav.texts)
     for start, stop, final, (first, last), text, m in zip(
@@ -154,8 +154,13 @@ def test_bad_model_fails_configure_with_the_file_named(node_process, unique_ns):
 def test_echo_modes_barge_in_and_gate(node_process, unique_ns, speech_wav):  # noqa: F811
     """Two ASR nodes hear the same stream: `barge_in` flags speech over the robot (and still
     transcribes it), `gate` ignores the mic until the robot has stopped."""
+    # the fixed 500 ms end of speech: the stream pauses 0.7 s after the first utterance
     barge_proc = start_asr(
-        node_process, unique_ns, "audio_source:=topic", "partial_interval_s:=0.0"
+        node_process,
+        unique_ns,
+        "audio_source:=topic",
+        "partial_interval_s:=0.0",
+        "end_of_turn:=fixed",
     )
     gate_proc = start_asr_as(
         node_process,
@@ -165,6 +170,7 @@ def test_echo_modes_barge_in_and_gate(node_process, unique_ns, speech_wav):  # n
         "audio_source:=topic",
         "partial_interval_s:=0.0",
         "echo_mode:=gate",
+        "end_of_turn:=fixed",
     )
     with ros_node("asr_probe") as (node, ex):
         seen, status = watch_asr_nodes(
@@ -201,7 +207,7 @@ def test_echo_modes_barge_in_and_gate(node_process, unique_ns, speech_wav):  # n
             f"the second utterance: {seen}",
         )
 
-    barge_va = [m for m in seen["barge"] if isinstance(m, VoiceActivity)]
+    barge_va = [m for m in seen["barge"] if isinstance(m, VoiceActivity) and not m.resumed]
     assert [(m.speaking, m.barge_in) for m in barge_va] == [
         (True, True),
         (False, True),
@@ -209,7 +215,7 @@ def test_echo_modes_barge_in_and_gate(node_process, unique_ns, speech_wav):  # n
         (False, False),
     ]
     assert wer(speech_wav.texts[0], finals("barge")[0].text) <= 0.1
-    gate_va = [m for m in seen["gate"] if isinstance(m, VoiceActivity)]
+    gate_va = [m for m in seen["gate"] if isinstance(m, VoiceActivity) and not m.resumed]
     assert [(m.speaking, m.barge_in) for m in gate_va] == [(True, False), (False, False)]
     assert wer(speech_wav.texts[1], finals("gate")[0].text) <= 0.1
     assert barge_proc.alive() and gate_proc.alive()

@@ -25,6 +25,7 @@ RECORDED = (
     "audio/input",
     "asr/transcript",
     "asr/voice_activity",
+    "llm/end_of_turn",
     "speech/say",
     "tts/state",
     "llm/tool_events",

@@ -43,6 +43,7 @@ from bolt_agent.core.speech.audio_io import (
     list_devices,
     to_mono,
 )
+from bolt_agent.core.speech.end_of_turn import EndOfTurnSettings
 from bolt_agent.core.speech.listener import (
     FinalMetrics,
     Listener,
@@ -58,7 +59,14 @@ from bolt_agent.core.speech.vad_segmenter import SAMPLE_RATE, VadConfig, VadSegm
 from bolt_agent.nodes import qos
 from bolt_agent.nodes.base import BoltLifecycleNode, param
 from bolt_agent.nodes.runtime import main_for
-from bolt_agent_interfaces.msg import AudioChunk, Transcript, TtsState, TurnMetrics, VoiceActivity
+from bolt_agent_interfaces.msg import (
+    AudioChunk,
+    EndOfTurnHint,
+    Transcript,
+    TtsState,
+    TurnMetrics,
+    VoiceActivity,
+)
 
 _BACKLOG_S = 0.5  # queued audio above which partials are skipped to catch up
 
@@ -128,7 +136,48 @@ class AsrParams:
         0.5, "VAD speech probability that starts an utterance", load_time=True, low=0.0, high=1.0
     )
     min_silence_ms: int = param(
-        500, "silence in ms that ends an utterance", load_time=True, low=0, high=60000
+        500,
+        "end_of_turn fixed: the silence in ms that ends an utterance",
+        load_time=True,
+        low=0,
+        high=60000,
+    )
+    end_of_turn: str = param(
+        "semantic",
+        "when the user's turn is over: 'fixed' (min_silence_ms of silence) or 'semantic' (from "
+        "the words of the speculative transcript: end_of_turn_silence_ms when they are "
+        "complete, end_of_turn_max_silence_ms when not; the hint comes from llm/end_of_turn, "
+        "else the text decides)",
+        load_time=True,
+        choices=("fixed", "semantic"),
+    )
+    end_of_turn_silence_ms: int = param(
+        250,
+        "semantic: the silence in ms that ends a turn whose words are complete",
+        low=0,
+        high=60000,
+    )
+    end_of_turn_max_silence_ms: int = param(
+        1200,
+        "semantic: the longest silence in ms (it ends any turn: a pause mid-sentence is "
+        "waited for this long)",
+        load_time=True,
+        low=0,
+        high=60000,
+    )
+    end_of_turn_threshold: float = param(
+        0.07,
+        "semantic: the LLM's p_complete (llm/end_of_turn) at or above which the words are a "
+        "complete turn",
+        low=0.0,
+        high=1.0,
+    )
+    end_of_turn_hint_timeout_ms: int = param(
+        800,
+        "semantic: silence in ms after which the text alone decides when no hint has come "
+        "(no LLM node, a remote engine, a busy worker)",
+        low=0,
+        high=60000,
     )
     speech_pad_ms: int = param(
         80, "audio in ms kept after the end of speech", load_time=True, low=0, high=10000
@@ -231,6 +280,8 @@ class AsrNode(BoltLifecycleNode):
         self._listener: Listener | None = None
         self._resamplers: dict[int, StreamResampler] = {}
         self._robot_speaking = False  # the latest tts/state (latched: may come before activate)
+        self._ended_by: dict[str, int] = {}  # how utterances ended: silence | hint | text
+        self._resumed = 0  # utterances resumed after a speculative end
 
     def _listener_settings(self) -> ListenerSettings:
         p = self.params
@@ -242,6 +293,13 @@ class AsrNode(BoltLifecycleNode):
             partial_interval_s=p.partial_interval_s,
             speculative_final=p.speculative_final,
             backlog_s=_BACKLOG_S,
+            end_of_turn=EndOfTurnSettings(
+                p.end_of_turn,
+                complete_silence_ms=min(p.end_of_turn_silence_ms, p.end_of_turn_max_silence_ms),
+                incomplete_silence_ms=p.end_of_turn_max_silence_ms,
+                threshold=p.end_of_turn_threshold,
+                hint_timeout_ms=p.end_of_turn_hint_timeout_ms,
+            ),
         )
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -272,9 +330,17 @@ class AsrNode(BoltLifecycleNode):
         elif engine.device_reason:
             self.get_logger().info(engine.device_reason)
         self._engine, self._model_name = engine, model_dir.name
+        if p.end_of_turn == "semantic" and not p.speculative_final:
+            self.get_logger().warning(
+                "end_of_turn semantic needs speculative_final: the words are judged from the "
+                "speculative transcript; every turn waits end_of_turn_max_silence_ms"
+            )
         self._vad_config = VadConfig(
             threshold=p.vad_threshold,
-            min_silence_ms=p.min_silence_ms,
+            # semantic: the VAD's silence is only the longest wait; the words end turns earlier
+            min_silence_ms=p.end_of_turn_max_silence_ms
+            if p.end_of_turn == "semantic"
+            else p.min_silence_ms,
             speech_pad_ms=p.speech_pad_ms,
             start_pad_ms=p.start_pad_ms,
             min_speech_ms=p.min_speech_ms,
@@ -284,7 +350,12 @@ class AsrNode(BoltLifecycleNode):
         self._text_pub = self.create_publisher(Transcript, "asr/transcript", qos.RELIABLE)
         self._metrics_pub = self.create_publisher(TurnMetrics, "bolt/turn_metrics", qos.RELIABLE)
         self._audio_pub = None
-        self._subs = [self.create_subscription(TtsState, "tts/state", self._on_tts, qos.LATCHED)]
+        self._subs = [
+            self.create_subscription(TtsState, "tts/state", self._on_tts, qos.LATCHED),
+            self.create_subscription(
+                EndOfTurnHint, "llm/end_of_turn", self._on_end_of_turn_hint, qos.RELIABLE
+            ),
+        ]
         if p.audio_source == "topic":
             self._subs.append(
                 self.create_subscription(
@@ -414,6 +485,14 @@ class AsrNode(BoltLifecycleNode):
             return
         self._q.put((chunk, stamp_ns))
 
+    def _on_end_of_turn_hint(self, msg: EndOfTurnHint) -> None:
+        p = msg.p_complete
+        if not msg.utterance_id or not 0.0 <= p <= 1.0:  # also NaN
+            self.record_failure("bad_input", f"llm/end_of_turn hint refused: p_complete {p!r}")
+            return
+        if self._listener is not None:
+            self._listener.end_of_turn_hint(msg.utterance_id, msg.text, float(p))
+
     def _on_tts(self, msg: TtsState) -> None:
         self._robot_speaking = msg.speaking
         if self._listener is not None:
@@ -441,8 +520,14 @@ class AsrNode(BoltLifecycleNode):
     # --- outputs (VAD thread: voice activity; whisper thread: transcripts) ---------------------
     def _publish(self, event: ListenerEvent) -> None:
         if isinstance(event, VoiceActivityEvent):
+            if event.resumed:
+                self._resumed += 1
+                self.get_logger().info(f"[{event.utterance_id}] the user went on after a pause")
             msg = VoiceActivity(
-                utterance_id=event.utterance_id, speaking=event.speaking, barge_in=event.barge_in
+                utterance_id=event.utterance_id,
+                speaking=event.speaking,
+                barge_in=event.barge_in,
+                resumed=event.resumed,
             )
             msg.header.stamp = _time(event.stamp_ns)
             self._va_pub.publish(msg)
@@ -453,13 +538,20 @@ class AsrNode(BoltLifecycleNode):
                 is_final=event.is_final,
                 confidence=event.confidence,
                 language=event.language,
+                speculative=event.speculative,
             )
             msg.header.stamp = self.get_clock().now().to_msg()
             msg.audio_start, msg.audio_end = _time(event.audio_start_ns), _time(event.audio_end_ns)
             self._text_pub.publish(msg)
-            kind = "final" if event.is_final else "partial"
+            kind = "final" if event.is_final else "speculative" if event.speculative else "partial"
             self.get_logger().info(f"{kind} [{event.utterance_id}] {event.text!r}")
         elif isinstance(event, FinalMetrics):
+            self._ended_by[event.ended_by] = self._ended_by.get(event.ended_by, 0) + 1
+            if event.ended_by != "silence":
+                self.get_logger().info(
+                    f"end of turn [{event.utterance_id}] after {event.silence_ms:.0f} ms of "
+                    f"silence (the words are complete: {event.ended_by})"
+                )
             metrics = TurnMetrics(turn_id=event.utterance_id, source="asr")
             metrics.speech_end = _time(event.speech_end_ns)
             metrics.asr_final = self.get_clock().now().to_msg()
@@ -495,6 +587,9 @@ class AsrNode(BoltLifecycleNode):
             "device": device,
             "queue_depth": self._q.qsize(),
             "queued_audio_s": queued / SAMPLE_RATE,
+            "end_of_turn": p.end_of_turn,
+            **{f"ended_by_{k}": v for k, v in sorted(self._ended_by.items())},
+            "resumed_after_pause": self._resumed,
         }
 
     def _publish_audio(self, chunk: np.ndarray, stamp_ns: int) -> None:

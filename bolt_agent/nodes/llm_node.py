@@ -1,10 +1,13 @@
 """llm_node: Bolt E4B (or any GGUF) through llama-cpp-python, spoken-first tool dispatch.
 
-Subscribes ``asr/transcript`` (finals start turns; partials prefill the prompt),
+Subscribes ``asr/transcript`` (finals start turns; partials prefill the prompt; the speculative
+transcript of a silence gets an end-of-turn hint on ``llm/end_of_turn`` and, with
+``preemptive``, starts the answer held until the final confirms the same words),
 ``teleop/prompt``, ``perception/scene``, ``asr/voice_activity`` (barge-in), ``tts/state`` (what
 was really said), ``teleop/mute``, ``teleop/override``, ``llm/cancel``. Publishes
 ``speech/say`` (one SpokenText per sentence, as soon as it is complete, before the step's tool
-goals are sent), ``llm/thinking``, ``tts/stop``, ``bolt/turn_metrics``, ``llm/tool_events``
+goals are sent; ``held`` / ``discard`` for a preemptive turn), ``llm/end_of_turn``,
+``llm/thinking``, ``tts/stop``, ``bolt/turn_metrics``, ``llm/tool_events``
 (JSON per finished tool call). Serves ``llm/converse`` (Converse). A lifecycle node: configure
 loads the model.
 """
@@ -33,6 +36,7 @@ from std_srvs.srv import Trigger
 
 from bolt_agent.core.llm.chat_template import Knobs
 from bolt_agent.core.llm.dialogue import Dialogue
+from bolt_agent.core.llm.held_turn import COMMITTED, HeldTurn
 from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
 from bolt_agent.core.llm.profile import load_profile
 from bolt_agent.core.llm.turn_runner import (
@@ -54,6 +58,7 @@ from bolt_agent.nodes.qos import LATCHED, RELIABLE
 from bolt_agent.nodes.tool_dispatcher import ToolDispatcher
 from bolt_agent_interfaces.action import Converse
 from bolt_agent_interfaces.msg import (
+    EndOfTurnHint,
     SceneDescription,
     SpokenText,
     Transcript,
@@ -79,6 +84,9 @@ class LlmNode(BoltLifecycleNode):
         self.engine: LlamaEngine | None = None
         self._entities: list[Any] = []
         self._tool_errors = 0  # tool calls that came back failed (not cancelled)
+        self._held: HeldTurn | None = None  # the preemptive turn awaiting its final transcript
+        self._held_lock = threading.Lock()
+        self.preemptive = {"started": 0, "committed": 0, "discarded": 0, "hints": 0}
 
     # --- lifecycle -----------------------------------------------------------------------------
     def configure(self) -> TransitionCallbackReturn:
@@ -145,6 +153,7 @@ class LlmNode(BoltLifecycleNode):
             logger=self.get_logger(),
             on_failure=lambda kind, message: self.record_failure(kind, message, log=False),
             failure_reply=self.params.failure_reply,
+            on_hint=self._publish_hint,
         )
         self._make_entities()
         self.get_logger().info(
@@ -193,6 +202,7 @@ class LlmNode(BoltLifecycleNode):
         self._think_pub = self.create_publisher(String, "llm/thinking", RELIABLE)
         self._stop_pub = self.create_publisher(String, "tts/stop", RELIABLE)
         self._tool_pub = self.create_publisher(String, "llm/tool_events", RELIABLE)
+        self._hint_pub = self.create_publisher(EndOfTurnHint, "llm/end_of_turn", RELIABLE)
         self._metrics = TurnMetricsPublisher(self, "llm")
         self.tools = ToolDispatcher(self, self.runner.registry, self.params.tool_server_wait_s)
         subs = [
@@ -241,6 +251,7 @@ class LlmNode(BoltLifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def deactivate(self) -> None:
+        self._discard_held("deactivate")
         self.scheduler.stop()
         if self._worker is not None:
             self._worker.join(timeout=10)
@@ -252,7 +263,7 @@ class LlmNode(BoltLifecycleNode):
         self._converse.destroy()
         self.destroy_service(self._reset_srv)
         self.tools.destroy()
-        for pub in (self._say_pub, self._think_pub, self._stop_pub, self._tool_pub):
+        for pub in (self._say_pub, self._think_pub, self._stop_pub, self._tool_pub, self._hint_pub):
             self.destroy_publisher(pub)
         self._metrics.destroy()
         if self.engine is not None:
@@ -264,18 +275,90 @@ class LlmNode(BoltLifecycleNode):
         if not msg.text.strip():
             return
         if msg.is_final:
-            self.submit(msg.utterance_id or uuid.uuid4().hex[:8], msg.text)
+            utterance_id = msg.utterance_id or uuid.uuid4().hex[:8]
+            if self._commit_held(utterance_id, msg.text):
+                return
+            self.submit(utterance_id, msg.text)
+        elif msg.speculative and msg.utterance_id and self._speculate(msg):
+            return
         elif self.params.prefill_on_partial:
             self.scheduler.prewarm(msg.utterance_id, msg.text)
 
+    # --- preemptive answers ----------------------------------------------------------------------
+    def _speculate(self, msg: Transcript) -> bool:
+        """The user went quiet: judge the words (hint) and, with ``preemptive``, answer them
+        held. False when neither is on (the transcript only prefills)."""
+        p = self.params
+        preempt = p.preemptive and not self._muted and len(msg.text) <= p.max_prompt_chars
+        if not (preempt or p.end_of_turn_hints) or self.scheduler is None:
+            return False
+        self._discard_held("a newer speculative transcript")
+        held = None
+        if preempt:
+            held = HeldTurn(msg.utterance_id, msg.text, _Sink(self), p.preemptive_hold_s)
+            with self._held_lock:
+                self._held = held
+            self.preemptive["started"] += 1
+        self.scheduler.speculate(
+            msg.utterance_id, msg.text, self.default_knobs(), held, p.end_of_turn_hints
+        )
+        return True
+
+    def _commit_held(self, utterance_id: str, text: str) -> bool:
+        """The final transcript: the preemptive turn of the same words is released (True);
+        one of other words is discarded and the final starts a turn of its own (False)."""
+        with self._held_lock:
+            held, self._held = self._held, None
+        if held is None:
+            return False
+        if held.turn_id == utterance_id and _same_words(held.text, text) and held.commit():
+            self.preemptive["committed"] += 1
+            self.get_logger().info(f"preemptive turn {utterance_id} committed")
+            return True
+        self._discarded(held, "the final transcript differs")
+        return False
+
+    def _discard_held(self, why: str, utterance_id: str = "") -> None:
+        """Drop the preemptive turn unheard (any one, or only ``utterance_id``'s)."""
+        with self._held_lock:
+            held = self._held
+            if held is None or (utterance_id and held.turn_id != utterance_id):
+                return
+            self._held = None
+        self._discarded(held, why)
+
+    def _discarded(self, held: HeldTurn, why: str, cancel: bool = True) -> None:
+        """Count and log a discard; ``cancel`` stops its generation if it is running (not when
+        a cancel is what discards it: a second one would cancel the job that caused it)."""
+        if not held.discard():
+            return  # already committed (a real turn now) or discarded
+        self.preemptive["discarded"] += 1
+        self.get_logger().info(f"preemptive turn {held.turn_id} discarded: {why}")
+        if cancel and self.scheduler is not None and self.scheduler.current_sink is held:
+            self.scheduler.cancel(f"preemptive turn discarded: {why}")
+
+    def _publish_hint(self, utterance_id: str, text: str, p_complete: float) -> None:
+        msg = EndOfTurnHint(utterance_id=utterance_id, text=text, p_complete=float(p_complete))
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self._hint_pub.publish(msg)
+        self.preemptive["hints"] += 1
+        self.get_logger().info(
+            f"end of turn [{utterance_id}] {text!r}: p_complete {p_complete:.3g}"
+        )
+
     def _on_teleop_prompt(self, msg: String) -> None:
         if msg.data.strip():
+            self._discard_held("teleop/prompt")
             self.submit(f"teleop-{next(self._teleop_ids)}", msg.data)
 
     def _on_scene(self, msg: SceneDescription) -> None:
         self._scene = msg.summary or None
 
     def _on_voice_activity(self, msg: VoiceActivity) -> None:
+        if msg.speaking:  # (resumed: after the pause that started a preemptive answer)
+            self._discard_held("the user went on talking", msg.utterance_id)
+        if msg.resumed:
+            return  # the utterance in progress goes on: its start was handled already
         if msg.barge_in and self.params.barge_in_cancels:
             self.cancel_current("barge-in")
         elif msg.speaking and self.params.prefill_on_partial:
@@ -290,6 +373,7 @@ class LlmNode(BoltLifecycleNode):
     def _on_mute(self, msg: Bool) -> None:
         self._muted = bool(msg.data)
         if self._muted:
+            self._discard_held("teleop mute")
             self.cancel_current("teleop mute")
 
     def _on_override(self, msg: Bool) -> None:
@@ -345,6 +429,15 @@ class LlmNode(BoltLifecycleNode):
             self.scheduler.cancel(why)
 
     def _on_turn_cancelled(self, turn_id: str, why: str) -> None:
+        held = self.scheduler.current_sink if self.scheduler is not None else None
+        if isinstance(held, HeldTurn) and held.turn_id == turn_id and held.state != COMMITTED:
+            # unheard: nothing to stop. Its discard goes out on speech/say, behind its held
+            # sentences; a tts/stop could overtake them, or stop the turn that replaces it
+            self._discarded(held, why, cancel=False)
+            with self._held_lock:
+                if self._held is held:
+                    self._held = None
+            return
         self._stop_pub.publish(String(data=turn_id))
         if self.params.cancel_tools_on_cancel:
             self.tools.cancel_turn(turn_id)
@@ -399,6 +492,11 @@ class LlmNode(BoltLifecycleNode):
             "queue_depth": scheduler.pending() if scheduler is not None else 0,
             "current_turn": scheduler.current_turn if scheduler is not None else "",
             "tool_errors": self._tool_errors,
+            "history_turns": len(self.runner.dialogue.turns) if self.runner is not None else 0,
+            # tokens in the KV cache: the start-up prefill of system prompt + examples is done
+            # once this is past them (the first answer is then fast)
+            "cached_tokens": getattr(getattr(engine, "_llm", None), "n_tokens", 0),
+            **{f"preemptive_{k}": v for k, v in self.preemptive.items()},
         }
 
     def _execute_converse(self, goal_handle) -> Converse.Result:
@@ -439,6 +537,15 @@ class LlmNode(BoltLifecycleNode):
         )
 
 
+def _same_words(a: str, b: str) -> bool:
+    """The final confirms the speculation: the same words (case and punctuation aside)."""
+
+    def words(text: str) -> list[str]:
+        return "".join(c.lower() if c.isalnum() else " " for c in text).split()
+
+    return words(a) == words(b)
+
+
 class _Sink:
     """Publishes a turn's output; the Converse action subclasses it to stream feedback."""
 
@@ -473,6 +580,26 @@ class _Sink:
         future = node.tools.dispatch(turn_id, name, arguments)
         future.add_done_callback(lambda f: node.tool_done(turn_id, name, arguments, f))
         return future
+
+    # a preemptive turn (HeldTurn): held sentences, then its release or its discard
+    def on_held_sentence(self, turn_id: str, seq: int, text: str) -> None:
+        if self.node._muted:
+            return
+        if seq == 0:
+            self.node._metrics.stamp(turn_id, "first_speech")
+        self._say(turn_id, seq, text, held=True)
+
+    def on_release(self, turn_id: str) -> None:
+        self._say(turn_id, 0, "")
+
+    def on_discard(self, turn_id: str) -> None:
+        self.node._metrics.forget(turn_id)
+        self._say(turn_id, 0, "", held=True, discard=True)
+
+    def _say(self, turn_id: str, seq: int, text: str, held: bool = False, discard: bool = False):
+        msg = SpokenText(turn_id=turn_id, seq=seq, text=text, held=held, discard=discard)
+        msg.header.stamp = self.node.get_clock().now().to_msg()
+        self.node._say_pub.publish(msg)
 
     def on_turn_end(self, turn_id: str, seq: int, result: TurnResult) -> None:
         node = self.node

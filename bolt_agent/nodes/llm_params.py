@@ -187,6 +187,24 @@ class LlmParams:
         True,
         "prefill the prompt at start-up, speech start and partial transcripts (KV prefix reuse)",
     )
+    preemptive: bool = param(
+        True,
+        "start the answer from the speculative transcript when the user goes quiet: sentences "
+        "are synthesised but held, tool goals wait; the final transcript with the same words "
+        "releases them, anything else discards them unheard (no history entry)",
+    )
+    end_of_turn_hints: bool = param(
+        True,
+        "publish llm/end_of_turn for each speculative transcript: the model's probability that "
+        "the user's message ends there (one decode step on the cached prompt; asr_node ends a "
+        "complete turn early)",
+    )
+    preemptive_hold_s: float = param(
+        5.0,
+        "longest wait in s for the final transcript of a preemptive turn; then it is discarded",
+        low=0.1,
+        high=60.0,
+    )
     tool_server_wait_s: float = param(
         2.0, "how long to wait for a tool's action server", load_time=True, low=0.0
     )

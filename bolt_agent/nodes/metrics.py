@@ -32,6 +32,12 @@ class TurnMetricsPublisher:
             if not (only_first and stage in stamps):
                 stamps[stage] = now
 
+    def forget(self, turn_id: str) -> None:
+        """Drop the stamps of a turn that will not be published (a discarded preemptive answer:
+        the real turn of the same utterance stamps its own)."""
+        with self._lock:
+            self._stamps.pop(turn_id, None)
+
     def publish(self, turn_id: str, **fields) -> TurnMetrics:
         """Publish the turn's stamps so far plus extra fields; forgets the turn."""
         with self._lock:

@@ -14,6 +14,10 @@ turn is dropped, not replayed), closes the stream, refuses audio meanwhile (sent
 and counted as ``no_output``) and reopens on the configured device every ``retry_s`` until it is
 back; speech then resumes with the next sentence.
 
+Preemptive answers: a `SpokenText` with `held` is synthesised at once and kept until a
+`SpokenText` of the same turn without `held` releases it; one with `discard` drops it unheard
+(no interruption, no `tts/state` speaking: the echo gate stays open for a user who goes on).
+
 The turn and stop bookkeeping is ``core.speech.speaker.Speaker``; this node wires it to ROS:
 parameters, topics, the Speak action, the synthesis and playback-tracking threads.
 """
@@ -49,6 +53,7 @@ from bolt_agent.core.speech.playback import PacedSink, Player
 from bolt_agent.core.speech.pulse_route import PulseRoute
 from bolt_agent.core.speech.speaker import (
     NOT_ACTIVE,
+    Discarded,
     Dropped,
     Failed,
     FirstAudio,
@@ -163,6 +168,7 @@ class TtsNode(BoltLifecycleNode):
         self._teleop_ids = itertools.count(1)
         self._watch_timer: Any = None
         self._lost_since = 0.0  # monotonic time the output was found lost (0: not lost)
+        self._discarded = 0  # held (preemptive) turns dropped unheard
 
     # --- lifecycle ---------------------------------------------------------------------------
     def configure(self) -> TransitionCallbackReturn:
@@ -362,8 +368,12 @@ class TtsNode(BoltLifecycleNode):
     def _on_say(self, msg: SpokenText) -> None:
         if self._refused("speech/say", msg.text):
             return
+        if msg.discard:  # a preemptive answer the user never heard: dropped without a sound
+            if not msg.turn_id or not self._speaker.discard(msg.turn_id):
+                self.get_logger().debug(f"discard of {msg.turn_id!r}: no such held turn")
+            return
         turn_id = msg.turn_id or f"say-{uuid.uuid4().hex[:8]}"
-        self._speaker.say(turn_id, msg.text, msg.is_last_in_turn)
+        self._speaker.say(turn_id, msg.text, msg.is_last_in_turn, held=msg.held)
 
     def _on_teleop(self, msg: String) -> None:
         # own prefix: llm_node names its teleop/prompt turns teleop-N, and a tts/stop for one of
@@ -377,7 +387,7 @@ class TtsNode(BoltLifecycleNode):
         self._speaker.stop(msg.data)
 
     def _on_voice(self, msg: VoiceActivity) -> None:
-        if msg.barge_in and msg.speaking and self.params.stop_on_barge_in:
+        if msg.barge_in and msg.speaking and not msg.resumed and self.params.stop_on_barge_in:
             self._speaker.stop("", reason="barge-in")
 
     def _execute_speak(self, goal_handle) -> Speak.Result:
@@ -420,6 +430,9 @@ class TtsNode(BoltLifecycleNode):
             self.record_failure("no_output", f"no audio output; dropped {event.text!r}", log=False)
         elif isinstance(event, Failed):
             self.record_failure("synthesis", f"synthesis failed for {event.text!r}: {event.reason}")
+        elif isinstance(event, Discarded):
+            self._discarded += 1
+            log.info(f"held turn {event.turn_id} discarded unheard ({event.sentences} sentences)")
 
     # --- diagnostics -------------------------------------------------------------------------
     def diagnostic_values(self) -> dict[str, Any]:
@@ -439,6 +452,7 @@ class TtsNode(BoltLifecycleNode):
             "device": device,
             "queue_depth": waiting,
             "playing_sentences": playing,
+            "held_discarded": self._discarded,
         }
 
     def _publish_state(self, state: SpeechState) -> None:

@@ -94,6 +94,23 @@ class Dialogue:
             {"role": "user", "content": self._user_content(user_text, scene)},
         ]
 
+    def stable_messages(self, preview: bool = False) -> list[dict[str, Any]]:
+        """What the next turn's prompt will begin with as well: the system prompt, the examples
+        and the turns before the current one ([] when this prompt has no nearest exchanges:
+        then it departs from the next one only at its end). The current turn's nearest
+        exchanges come right after, so the next prompt departs from this one there (the
+        engine keeps a checkpoint at that point: ``TextEngine.mark_stable``).
+        ``preview``: for ``preview()``'s prompt (its turn is not in the history yet)."""
+        if preview:
+            return [] if self.nearest is None else self._history(current_nearest=False)
+        turn = self.current
+        if turn is None or turn.turn_id != self._nearest_turn or not self._nearest_messages:
+            return []
+        out = [{"role": "system", "content": self.system_prompt}, *self.examples]
+        for earlier in self.turns[:-1]:
+            out.extend(earlier.messages())
+        return out
+
     def _nearest_for(self, user_text: str) -> list[dict[str, Any]]:
         return list(self.nearest(user_text.strip())) if self.nearest else []
 
@@ -126,6 +143,16 @@ class Dialogue:
         self.turns.clear()
         self._nearest_turn, self._nearest_messages = "", []
         return n
+
+    def forget(self, turn_id: str) -> bool:
+        """Remove the latest turn if it is ``turn_id``: a preemptive answer the user never heard
+        (they went on talking), so the history stays as if it had never started."""
+        if not self.turns or self.turns[-1].turn_id != turn_id:
+            return False
+        self.turns.pop()
+        if self._nearest_turn == turn_id:
+            self._nearest_turn, self._nearest_messages = "", []
+        return True
 
     # --- interruptions -------------------------------------------------------------------------
     def mark_interrupted(self, turn_id: str, spoken_text: str) -> bool:

@@ -35,6 +35,9 @@ class ScriptedEngine(TextEngine):
         self.on_token = on_token  # test hook, called before each sampled token
         self.chat_template = ChatTemplate.bundled()
         self.prompts: list[str] = []
+        #: test hook for ``next_token_probability``: (prompt, continuations) -> p (None: unknown)
+        self.continuation_p: Callable[[str, list[str]], float | None] | None = None
+        self.probes: list[tuple[str, list[str]]] = []
 
     @property
     def n_ctx(self) -> int:
@@ -42,6 +45,10 @@ class ScriptedEngine(TextEngine):
 
     def count_tokens(self, text: str) -> int:
         return self._count(text)
+
+    def next_token_probability(self, prompt: str, continuations: list[str]) -> float | None:
+        self.probes.append((prompt, list(continuations)))
+        return None if self.continuation_p is None else self.continuation_p(prompt, continuations)
 
     def start(self, prompt: str) -> DecodeSession:
         self.prompts.append(prompt)

@@ -7,7 +7,10 @@ it (its future holds a cancelled result, its sink hears the turn end), so with f
 arriving while A runs, A is cancelled, B never runs and C answers. The generation the runner
 compares against is pinned to the job's stamp while the turn starts (``PinnedToken``), so a
 cancel that lands between "turn marked current" and the runner's first check is not lost.
-Interruptions (what the user really heard) are never dropped. Jobs queued while the node is
+A speculative transcript (the user just went quiet) queues its end-of-turn probe (the hint the
+ASR waits for) and, when the node answers preemptively, a turn behind a ``HeldTurn`` gate; a
+discarded one is removed from the history once it ends. Interruptions (what the user really
+heard) are never dropped. Jobs queued while the node is
 inactive are refused, not run. Each job is a small dataclass, so what crosses the thread
 boundary keeps its meaning. A turn that fails ends in a clear state: logged, counted through
 ``on_failure``, its sink told the turn ended (optionally after a short spoken
@@ -73,6 +76,21 @@ class PrewarmJob:
 
 
 @dataclass(frozen=True)
+class SpeculativeJob:
+    """A speculative transcript (the user has just gone quiet): judge whether their turn is
+    complete with these words (``probe``: the hint for the ASR's end of turn) and, with ``turn``,
+    start the answer at once behind a ``HeldTurn`` gate (nothing heard or dispatched before the
+    final transcript commits it; a discard removes it from the history)."""
+
+    utterance_id: str
+    text: str
+    knobs: Knobs
+    probe: bool
+    turn: TurnJob | None = None  # its sink is the HeldTurn
+    generation: int = 0
+
+
+@dataclass(frozen=True)
 class InterruptedJob:
     """The speaker was cut off: the history keeps only ``spoken_text`` of ``turn_id``."""
 
@@ -87,7 +105,7 @@ class ResetJob:
     done: Future = field(default_factory=Future)
 
 
-Job = TurnJob | PrewarmJob | InterruptedJob | ResetJob
+Job = TurnJob | PrewarmJob | SpeculativeJob | InterruptedJob | ResetJob
 
 
 class NotActiveError(RuntimeError):
@@ -106,6 +124,7 @@ class TurnScheduler:
         logger: Any = log,  # a logging.Logger or an rclpy logger (info/warning/error)
         on_failure: Callable[[str, str], None] = lambda kind, message: None,
         failure_reply: str = "",
+        on_hint: Callable[[str, str, float], None] = lambda utterance_id, text, p: None,
     ) -> None:
         self.runner = runner
         self.token = PinnedToken()
@@ -117,10 +136,13 @@ class TurnScheduler:
         self._after_turn = after_turn
         self._log = logger
         self._on_failure = on_failure  # (kind: "turn" | "prefill", message), after the log
+        self._on_hint = on_hint  # (utterance_id, text, p_complete): the end-of-turn judgement
+        self.discarded = 0  # preemptive turns dropped from the history (the user went on)
         self._jobs: queue.Queue[Job | None] = queue.Queue()
         self._active = False
         self._lock = threading.Lock()
         self.current_turn = ""
+        self.current_sink: TurnSink | None = None  # the running turn's (a HeldTurn: preemptive)
         self._stopped_turn = ""  # the current turn once something cancelled it
 
     # --- producer side (any thread) -------------------------------------------------------------
@@ -153,6 +175,27 @@ class TurnScheduler:
             self._jobs.put(job)
         self._cancelled(running, "new utterance")
         return job.done
+
+    def speculate(
+        self, utterance_id: str, text: str, knobs: Knobs, held: TurnSink | None, probe: bool
+    ) -> Future | None:
+        """A speculative transcript: queue its end-of-turn probe and, with ``held`` (a
+        ``HeldTurn``), the preemptive turn. A preemptive turn supersedes the turn in progress
+        like any new utterance (the final would a moment later); a probe alone does not. The
+        future holds the turn's result (None without a turn)."""
+        if not self._active or (held is None and not probe):
+            return None
+        with self._lock:
+            running = self._bump() if held is not None else ""
+            generation = self.token.current_live()
+            turn = None
+            if held is not None:
+                turn = TurnJob(utterance_id, text, knobs, held, generation=generation)
+                if hasattr(held, "is_cancelled"):  # a cancelled preemptive turn is discarded
+                    held.is_cancelled = lambda: self.token.is_stale(generation)
+            self._jobs.put(SpeculativeJob(utterance_id, text, knobs, probe, turn, generation))
+        self._cancelled(running, "new utterance (preemptive answer)")
+        return turn.done if turn is not None else None
 
     def prewarm(self, utterance_id: str, text: str) -> None:
         with self._lock:
@@ -234,15 +277,44 @@ class TurnScheduler:
             self.runner.dialogue.mark_interrupted(job.turn_id, job.spoken_text)
         elif isinstance(job, PrewarmJob):
             self._prewarm(job)
+        elif isinstance(job, SpeculativeJob):
+            self._speculative(job)
         else:
             self._turn(job)
 
+    def _speculative(self, job: SpeculativeJob) -> None:
+        gone = job.turn is not None and getattr(job.turn.sink, "state", "") == "discarded"
+        if job.probe and not gone and not self.token.is_stale(job.generation):
+            request = self._make_request(job.utterance_id, job.text, job.knobs)
+            try:
+                p = self.runner.end_of_turn_probability(request)
+            except Exception as exc:  # the listener falls back on the text: log and count
+                self._fail(
+                    "end_of_turn", f"end-of-turn probe of {job.utterance_id} failed: {exc!r}"
+                )
+                p = None
+            if p is not None:
+                try:
+                    self._on_hint(job.utterance_id, job.text, p)
+                except Exception as exc:
+                    self._fail("end_of_turn", f"publishing the end-of-turn hint failed: {exc!r}")
+        if job.turn is None:
+            return
+        self._turn(job.turn)
+        held = job.turn.sink
+        if getattr(held, "state", "") == "discarded" and self.runner.dialogue.forget(
+            job.turn.turn_id
+        ):
+            self.discarded += 1
+            self._log.info(f"preemptive turn {job.turn.turn_id} discarded: history unchanged")
+
     def _turn(self, job: TurnJob) -> None:
         with self._lock:  # check the stamp and mark the turn current in one step
-            if self.token.is_stale(job.generation):
-                self._drop(job)
+            if self.token.is_stale(job.generation) or getattr(job.sink, "state", "") == "discarded":
+                self._drop(job)  # (a preemptive turn discarded before it started)
                 return
             self.current_turn, self._stopped_turn = job.turn_id, ""
+            self.current_sink = job.sink
             self.token.pinned = job.generation
         try:
             result: TurnResult = self.runner.run(
@@ -261,7 +333,7 @@ class TurnScheduler:
             job.done.set_result(result)
         finally:
             with self._lock:
-                self.current_turn = ""
+                self.current_turn, self.current_sink = "", None
                 self.token.pinned = None
             if self._jobs.empty():
                 self._after_turn()
@@ -270,6 +342,9 @@ class TurnScheduler:
         """A stale turn, never started: a cancelled result, and its sink hears the end."""
         self.dropped += 1
         self._log.info(f"turn {job.turn_id} dropped unrun: superseded or cancelled")
+        discard = getattr(job.sink, "discard", None)  # a preemptive turn: never to be heard
+        if discard is not None:
+            discard()
         result = TurnResult(turn_id=job.turn_id, cancelled=True)
         try:
             job.sink.on_turn_end(job.turn_id, 0, result)

@@ -105,3 +105,16 @@ class TextEngine(ABC):
         """Bring `prompt` into the cache ahead of a ``start`` with the same prefix; returns the
         tokens newly evaluated. Engines without a cache do nothing."""
         return 0
+
+    def mark_stable(self, prefix: str) -> None:  # noqa: B027 (optional hook)
+        """The next ``start``/``prefill`` prompt begins with ``prefix``, and the prompt after it
+        will too, but may differ right after it (per-turn few-shot examples go there): an
+        engine whose cache cannot always roll back (a small sliding-window cache) saves its
+        state at that point. Engines that can always reuse a prefix ignore it."""
+
+    def next_token_probability(self, prompt: str, continuations: list[str]) -> float | None:
+        """P(the token after ``prompt`` is the first token of one of ``continuations``), from one
+        forward pass over what the cache does not hold yet (the prompt stays cached for the
+        ``start`` that follows). None when the engine cannot tell (a server streams text, not
+        logits)."""
+        return None

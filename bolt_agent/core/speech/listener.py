@@ -13,6 +13,12 @@ ASR node used to decide inline:
   (``VadSegmenter.pending_end``), the utterance is transcribed; the result is published as a
   partial at once, reused for the final when the VAD confirms that very end, and discarded
   (never published) if speech resumes first;
+* **end of turn** (``end_of_turn``, ``core.speech.end_of_turn``): in ``semantic`` mode the VAD's
+  ``min_silence_ms`` is only the longest wait; the utterance ends as soon as the silence reaches
+  ``complete_silence_ms`` and the words of the speculative transcript are judged complete (a
+  hint from the LLM, ``end_of_turn_hint``, or the text itself). When speech resumes after a
+  speculative transcript was started, ``VoiceActivityEvent(speaking=True)`` is emitted again
+  with the same utterance id (``resumed``): whatever was started from it must be discarded;
 * **stamps**: sample offsets become nanosecond stamps through the latest block's stamp.
 
 The transcriber (``AsrEngine`` or anything with ``transcribe(audio, final) -> result | None``,
@@ -53,6 +59,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from bolt_agent.core.speech.end_of_turn import EndOfTurn, EndOfTurnSettings
 from bolt_agent.core.speech.vad_segmenter import SAMPLE_RATE, SpeechEnd, SpeechStart, VadSegmenter
 
 ECHO_MODES = ("off", "gate", "barge_in")
@@ -99,6 +106,8 @@ class ListenerSettings:
     partial_interval_s: float = 1.0  # of speech between partial transcripts (0 = no partials)
     speculative_final: bool = True  # transcribe when a silence begins, reuse when it is confirmed
     backlog_s: float = 0.5  # queued audio above which partials are skipped to catch up
+    #: when the turn ends (fixed: the VAD's min_silence_ms; semantic: from the words)
+    end_of_turn: EndOfTurnSettings = field(default_factory=lambda: EndOfTurnSettings("fixed"))
 
     def __post_init__(self) -> None:
         if self.echo_mode not in ECHO_MODES:
@@ -114,6 +123,7 @@ class VoiceActivityEvent:
     speaking: bool
     barge_in: bool  # the utterance started while the robot was speaking (barge_in mode)
     stamp_ns: int
+    resumed: bool = False  # speaking again after a speculative end (same utterance)
 
 
 @dataclass(frozen=True)
@@ -125,6 +135,7 @@ class TranscriptEvent:
     language: str
     audio_start_ns: int  # where speech was detected
     audio_end_ns: int  # the end of the transcribed audio
+    speculative: bool = False  # the speculative final, published as a partial
 
 
 @dataclass(frozen=True)
@@ -133,6 +144,9 @@ class FinalMetrics:
 
     utterance_id: str
     speech_end_ns: int
+    #: how the end was decided: "silence" (the VAD's wait ran out), "hint" or "text" (semantic)
+    ended_by: str = "silence"
+    silence_ms: float = 0.0  # the silence waited before the end was decided
 
 
 @dataclass(frozen=True)
@@ -187,6 +201,8 @@ class _Speculation:
     end: int
     start_ns: int = 0  # the stamps of onset and end when it was made: a final that reuses the
     end_ns: int = 0  # speculation reports the very same span (not a later, jittered mapping)
+    ended_by: str = "silence"  # set when the words ended the utterance early
+    silence_ms: float = 0.0
     stale: bool = False  # speech resumed: the result must not be used or published
     ran: bool = False  # its job has run (result is its outcome, unless failed)
     failed: bool = False
@@ -203,6 +219,7 @@ class _Job:
     start_ns: int
     end_ns: int
     speculation: _Speculation | None = None  # speculative: its own; final: the one to reuse
+    ended: tuple[str, float] = ("silence", 0.0)  # final: how the end was decided, silence ms
 
 
 class Listener:
@@ -230,6 +247,9 @@ class Listener:
         self._last_job: JobHandle | None = None  # the latest job (partials wait for it)
         self._robot_speaking = False
         self._robot_quiet_since: float | None = None
+        self.end_of_turn = EndOfTurn(self.settings.end_of_turn)
+        self._hints: list[tuple[str, str, float]] = []  # from any thread, taken by push
+        self._hints_lock = threading.Lock()
 
     # --- inputs ----------------------------------------------------------------------------
     def robot_speaking(self, speaking: bool) -> None:
@@ -238,9 +258,16 @@ class Listener:
             self._robot_quiet_since = self._clock()
         self._robot_speaking = bool(speaking)
 
+    def end_of_turn_hint(self, utterance_id: str, text: str, p_complete: float) -> None:
+        """The LLM's judgement of a speculative transcript (any thread; used by the next push)."""
+        with self._hints_lock:
+            self._hints.append((utterance_id, text, p_complete))
+            del self._hints[:-8]
+
     def update_settings(self, settings: ListenerSettings) -> None:
         """New settings from the next block on (a barge-in sensitivity applies at once)."""
         self.settings = settings
+        self.end_of_turn.settings = settings.end_of_turn
         if self._barge_mode:
             self.vad.set_sensitivity(settings.barge_in_threshold, settings.barge_in_min_ms)
 
@@ -269,11 +296,13 @@ class Listener:
             if isinstance(event, SpeechStart):
                 self._utt_id, self._utt_barge = f"u{uuid.uuid4().hex[:10]}", barge
                 self._last_partial = event.offset
+                self.end_of_turn.start(self._utt_id)
                 self._voice(True, event.onset)
             elif isinstance(event, SpeechEnd):
                 self._final(event)
         if seg.in_speech:
             self._speculate()
+            self._end_from_words()
         interval = int(s.partial_interval_s * SAMPLE_RATE)
         if (
             seg.in_speech
@@ -322,6 +351,12 @@ class Listener:
         if spec is not None and spec.end != end:
             spec.stale = True  # speech resumed (or a new silence began): forget it
             self._speculation = spec = None
+            # what was started from it (a preemptive answer) must be discarded
+            self._deliver(
+                VoiceActivityEvent(
+                    self._utt_id, True, self._utt_barge, self.stamp(seg.offset), resumed=True
+                )
+            )
         if spec is None and end is not None and self.settings.speculative_final:
             start, onset = seg.speech_start, seg.speech_onset
             assert start is not None and onset is not None
@@ -330,6 +365,29 @@ class Listener:
             self._speculation = spec
             job = _Job("speculative", spec.utt_id, audio, spec.start_ns, spec.end_ns, spec)
             self._submit(job)
+
+    def _end_from_words(self) -> None:
+        """Semantic end of turn: end the utterance now if the words before this silence are
+        complete and the silence has lasted ``complete_silence_ms``."""
+        with self._hints_lock:
+            hints, self._hints = self._hints, []
+        for hint in hints:
+            self.end_of_turn.hint(*hint)
+        spec, seg = self._speculation, self.vad
+        if spec is None or spec.stale or not spec.ran or spec.failed or spec.result is None:
+            text = None
+        else:
+            text = spec.result.text
+        silence_ms = seg.silence_samples * 1000 / SAMPLE_RATE
+        decision = self.end_of_turn.should_end(text, silence_ms)
+        if decision is None:
+            return
+        event = seg.end_now()
+        if event is None:
+            return
+        assert spec is not None
+        spec.ended_by, spec.silence_ms = decision.source, silence_ms
+        self._final(event)
 
     def _final(self, event: SpeechEnd) -> None:
         """The end of speech now; the transcript follows from the runner."""
@@ -343,7 +401,13 @@ class Listener:
             start_ns, end_ns = spec.start_ns, spec.end_ns
         else:
             start_ns, end_ns = self.stamp(event.onset), self.stamp(event.end)
-        job = _Job("final", self._utt_id, event.audio, start_ns, end_ns, spec if reuse else None)
+        if reuse and spec.ended_by != "silence":
+            ended = (spec.ended_by, spec.silence_ms)
+        else:
+            ended = ("silence", 0.0 if event.forced else float(self.vad.config.min_silence_ms))
+        job = _Job(
+            "final", self._utt_id, event.audio, start_ns, end_ns, spec if reuse else None, ended
+        )
         self._submit(job)
 
     def _voice(self, speaking: bool, offset: int) -> None:
@@ -377,7 +441,7 @@ class Listener:
             ok, result = self._transcribe(job, final=True)
             spec.result, spec.failed, spec.ran = result, not ok, True
             if result is not None and not spec.stale and self._speculation is spec:
-                self._transcript(job, result, final=False)
+                self._transcript(job, result, final=False, speculative=True)
         elif job.kind == "partial":
             ok, result = self._transcribe(job, final=False)
             if result is not None:
@@ -393,7 +457,8 @@ class Listener:
                 self._deliver(NoSpeech(job.utt_id))
                 return
             self._transcript(job, result, final=True)
-            self._deliver(FinalMetrics(job.utt_id, job.end_ns))
+            ended_by, silence_ms = job.ended
+            self._deliver(FinalMetrics(job.utt_id, job.end_ns, ended_by, silence_ms))
 
     def _transcribe(self, job: _Job, final: bool) -> tuple[bool, Any]:
         try:
@@ -402,7 +467,7 @@ class Listener:
             self._deliver(TranscriptionFailed(job.utt_id, job.kind, repr(exc)))
             return False, None
 
-    def _transcript(self, job: _Job, result: Any, final: bool) -> None:
+    def _transcript(self, job: _Job, result: Any, final: bool, speculative: bool = False) -> None:
         event = TranscriptEvent(
             job.utt_id,
             result.text,
@@ -411,6 +476,7 @@ class Listener:
             result.language,
             job.start_ns,
             job.end_ns,
+            speculative,
         )
         self._deliver(event)
 

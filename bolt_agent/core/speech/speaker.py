@@ -9,6 +9,13 @@ callback). ``stop`` bumps a generation counter stamped on every queued sentence,
 queued or being synthesised before it is never played, and reports exactly what was heard:
 the whole sentences, then the words of the cut one in proportion to the samples played.
 
+**Held turns** (a preemptive answer, started before the user's turn was confirmed over):
+``say(…, held=True)`` synthesises the sentences at once but keeps their audio; ``release``
+(or a ``say`` of the same turn that is not held) plays it in order, ``discard`` (or a ``stop``
+naming the turn) drops it without a sound, without an interruption and without a state: a held
+turn is never "speaking", so the echo gate does not close the mic while the user may go on. A
+held turn not released within ``max_hold_s`` is discarded (its release was lost).
+
 What happens is reported as typed events through ``emit``, called in order with the speaker's
 lock held (it must not call back into the speaker): ``SpeechState`` (the ``tts/state`` of a
 turn), ``FirstAudio``, ``Stopped``, ``Dropped`` and ``Failed``.
@@ -17,6 +24,7 @@ turn), ``FirstAudio``, ``Stopped``, ``Dropped`` and ``Failed``.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -27,6 +35,7 @@ import numpy as np
 from bolt_agent.core.speech.tts_engine import split_sentences, spoken_prefix
 
 MAX_TURNS = 64  # turns remembered (for their spoken text and ``done``); the oldest go first
+MAX_HOLD_S = 10.0  # a held turn not released by then is discarded
 NOT_ACTIVE = "not active"
 NO_OUTPUT = "no audio output"
 
@@ -57,6 +66,9 @@ class Turn:
     last_received: bool = False
     interrupted: bool = False
     first_audio: bool = False
+    held: bool = False  # synthesised but kept until released (a preemptive answer)
+    held_since: float = 0.0
+    held_audio: list[tuple[Sentence, np.ndarray]] = field(default_factory=list, repr=False)
     done: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -86,7 +98,7 @@ class SpeechState:
 
     @classmethod
     def of(cls, turn: Turn) -> SpeechState:
-        speaking = turn.outstanding > 0 and not turn.interrupted
+        speaking = turn.outstanding > 0 and not turn.interrupted and not turn.held
         return cls(turn.turn_id, speaking, turn.spoken_text, turn.interrupted)
 
 
@@ -128,6 +140,14 @@ class Dropped:
 
 
 @dataclass(frozen=True)
+class Discarded:
+    """A held turn was dropped unheard (the user went on talking): ``sentences`` never played."""
+
+    turn_id: str
+    sentences: int
+
+
+@dataclass(frozen=True)
 class Failed:
     """Synthesis of a sentence raised; the turn goes on without it."""
 
@@ -136,7 +156,7 @@ class Failed:
     reason: str  # repr of the exception
 
 
-SpeakerEvent = SpeechState | FirstAudio | Stopped | Dropped | Failed
+SpeakerEvent = SpeechState | FirstAudio | Stopped | Dropped | Failed | Discarded
 
 
 class Speaker:
@@ -151,8 +171,11 @@ class Speaker:
         synthesize: Callable[[str], np.ndarray],
         emit: Callable[[SpeakerEvent], None] = lambda event: None,
         max_turns: int = MAX_TURNS,
+        max_hold_s: float = MAX_HOLD_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._synthesize, self._emit, self._max_turns = synthesize, emit, max_turns
+        self._max_hold_s, self._clock = max_hold_s, clock
         self._lock = threading.RLock()
         self._ready = threading.Condition(self._lock)  # a sentence was queued, or shut down
         self._gen = 0
@@ -198,17 +221,31 @@ class Speaker:
             self._ready.notify_all()
 
     # --- speaking ----------------------------------------------------------------------------
-    def say(self, turn_id: str, text: str, is_last: bool, interrupt: bool = False) -> Turn:
+    def say(
+        self,
+        turn_id: str,
+        text: str,
+        is_last: bool,
+        interrupt: bool = False,
+        held: bool = False,
+    ) -> Turn:
         """Queue the sentences of ``text`` under ``turn_id`` (a new turn unless that one is still
-        open); ``interrupt`` stops what is playing first. Returns the turn."""
+        open); ``interrupt`` stops what is playing first; ``held``: synthesise, play only when
+        released. A ``say`` that is not held releases a held turn. Returns the turn."""
         with self._lock:
             if interrupt:
                 self.stop("")
+            now = self._clock()
+            for stale in [t.turn_id for t in self._turns.values() if t.held]:
+                if now - self._turns[stale].held_since > self._max_hold_s:
+                    self.discard(stale)  # its release never came
             turn = self._turns.get(turn_id)
             if turn is None or turn.done.is_set():
-                turn = self._turns[turn_id] = Turn(turn_id)
+                turn = self._turns[turn_id] = Turn(turn_id, held=held, held_since=now)
                 while len(self._turns) > self._max_turns:
                     self._turns.pop(next(iter(self._turns)))
+            elif turn.held and not held:
+                self._release(turn)
             turn.last_received = turn.last_received or is_last
             if not self._active:
                 self._emit(Dropped(turn_id, text, NOT_ACTIVE))
@@ -245,20 +282,69 @@ class Speaker:
                 self._emit(Failed(turn.turn_id, item.text, failure))
             if item.gen != self._gen:
                 return True  # stopped while it was being synthesised
+            if turn.held and len(audio):
+                turn.held_audio.append((item, audio))  # played when released
+                return True
             if sink is None or not sink.is_open or not len(audio):
                 if len(audio):
                     self._emit(Dropped(turn.turn_id, item.text, NO_OUTPUT))
                 turn.outstanding -= 1
                 self._finish_if_idle(turn)
                 return True
-            self._current = turn
-            self._playing.append(item)
-            sink.write(item, audio)
-            if not turn.first_audio:
-                turn.first_audio = True
-                self._emit(FirstAudio(turn.turn_id))
-                self._emit(SpeechState.of(turn))
+            self._write(item, audio)
         return True
+
+    def _write(self, item: Sentence, audio: np.ndarray) -> None:
+        """Play ``item`` (the lock held): to the sink, or dropped when there is no output."""
+        turn, sink = item.turn, self._sink
+        if sink is None or not sink.is_open:
+            self._emit(Dropped(turn.turn_id, item.text, NO_OUTPUT))
+            turn.outstanding -= 1
+            self._finish_if_idle(turn)
+            return
+        self._current = turn
+        self._playing.append(item)
+        sink.write(item, audio)
+        if not turn.first_audio:
+            turn.first_audio = True
+            self._emit(FirstAudio(turn.turn_id))
+            self._emit(SpeechState.of(turn))
+
+    # --- held turns --------------------------------------------------------------------------
+    def release(self, turn_id: str) -> bool:
+        """Play a held turn: what was synthesised at once, the rest as it comes. False when
+        no such turn is held."""
+        with self._lock:
+            turn = self._turns.get(turn_id)
+            if turn is None or not turn.held:
+                return False
+            self._release(turn)
+            return True
+
+    def _release(self, turn: Turn) -> None:
+        turn.held = False
+        held, turn.held_audio = turn.held_audio, []
+        for item, audio in held:
+            if item.gen == self._gen:
+                self._write(item, audio)
+        self._finish_if_idle(turn)
+
+    def discard(self, turn_id: str) -> bool:
+        """Drop a held turn unheard: queued and synthesised sentences are never played. No
+        interruption is reported (nobody heard anything); a later sentence under the same id
+        starts a new turn. False when the turn is not held (nothing done)."""
+        with self._lock:
+            turn = self._turns.get(turn_id)
+            if turn is None or not turn.held:
+                return False
+            n = turn.outstanding
+            self._queue = deque(q for q in self._queue if q.turn is not turn)
+            turn.held_audio.clear()
+            turn.outstanding, turn.last_received = 0, True
+            turn.done.set()
+            self._turns.pop(turn_id, None)
+            self._emit(Discarded(turn_id, n))
+            return True
 
     def played(self, item: Sentence) -> bool:
         """The sink finished playing ``item``: it joins its turn's spoken text. True when that
@@ -277,7 +363,7 @@ class Speaker:
             return done and item.turn.last_received
 
     def _finish_if_idle(self, turn: Turn) -> bool:
-        if turn.outstanding > 0:
+        if turn.outstanding > 0 or turn.held:
             return False
         if turn.last_received:
             turn.done.set()
@@ -289,6 +375,12 @@ class Speaker:
         playing yet: then what is queued with it stops too). Returns what was said, or None if
         nothing was playing or queued."""
         with self._lock:
+            held = [t.turn_id for t in self._turns.values() if t.held]
+            for held_id in held:  # nobody heard a held turn: it goes without an interruption
+                if not turn_id or held_id == turn_id:
+                    self.discard(held_id)
+            if turn_id and turn_id in held:
+                return None
             current = self._current
             if turn_id:
                 # a stop names one turn: if that turn is over (finished, or already cut off by a

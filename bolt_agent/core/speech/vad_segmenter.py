@@ -197,6 +197,23 @@ class VadSegmenter:
         end = self._temp_end + self._ms(self.config.speech_pad_ms)
         return end if self._buf.end >= end else None
 
+    @property
+    def silence_samples(self) -> int:
+        """Samples analysed since the silence in progress began (0 when none has begun)."""
+        if self._start is None or self._temp_end is None:
+            return 0
+        return self._processed - self._temp_end
+
+    def end_now(self) -> SpeechEnd | None:
+        """End the open utterance at the silence in progress, before ``min_silence_ms`` (the
+        caller decided from the words that the turn is over). The event is the one the VAD
+        would have given had the silence lasted: same ``end``, same audio. None while no
+        silence has begun or its padded end is not buffered yet (``pending_end``)."""
+        end = self.pending_end
+        if end is None:
+            return None
+        return self._end(end)
+
     def audio_between(self, start: int, end: int) -> np.ndarray:
         """Buffered audio in [start, end) (clipped to what is buffered)."""
         return self._buf.slice(start, end)

@@ -73,6 +73,7 @@ class LlamaEngine(TextEngine):
         self.speculation = None  # SpeculationInfo once loaded with a speculative mode
         self.swa_guard = None  # SwaGuard when the sliding-window cache is not full-size
         self._tokenizer = None  # PromptTokenizer once loaded
+        self._stable = ""  # mark_stable's prefix, for the next session
 
     def load(self) -> LlamaEngine:
         path = Path(self.config.model_path)
@@ -172,15 +173,48 @@ class LlamaEngine(TextEngine):
     def count_tokens(self, text: str) -> int:
         return len(self.tokenize(text))
 
+    def mark_stable(self, prefix: str) -> None:
+        self._stable = prefix
+
     def start(self, prompt: str) -> LlamaSession:
+        stable, self._stable = self._stable, ""
+        head = None
+        if stable and self.swa_guard is not None and prompt.startswith(stable):
+            head = self.tokenize(stable)  # (the prompt's tokenization then reuses these)
         tokens = self.tokenize(prompt)
         if len(tokens) >= self.n_ctx:
             raise EngineError(f"prompt of {len(tokens)} tokens does not fit n_ctx={self.n_ctx}")
-        return LlamaSession(self, tokens)
+        anchor = None
+        if head is not None:  # where the token sequences part (a merge at the boundary)
+            import numpy as np
+
+            anchor = _common_prefix(np.asarray(head, dtype=np.intc), tokens)
+        return LlamaSession(self, tokens, anchor)
 
     def prefill(self, prompt: str) -> int:
         stats = self.start(prompt).stats
         return stats.prompt_tokens - stats.reused_tokens
+
+    def next_token_probability(self, prompt: str, continuations: list[str]) -> float | None:
+        """Prefill ``prompt`` (cached prefix reused) and sum the softmax of the last position's
+        logits over the first token of each continuation (each counted once)."""
+        import numpy as np
+        from llama_cpp import llama_cpp as capi
+
+        llm = self.llm
+        ids = set()
+        for text in continuations:
+            tokens = llm.tokenize(text.encode(), add_bos=False, special=True) if text else []
+            if tokens:
+                ids.add(tokens[0])
+        if not ids:
+            return None
+        self.start(prompt)  # one decode of the new tokens; the logits of the last stay in ctx
+        n_vocab = llm.n_vocab()
+        logits = np.ctypeslib.as_array(capi.llama_get_logits_ith(llm._ctx.ctx, -1), (n_vocab,))
+        z = logits.astype(np.float64)
+        z = np.exp(z - z.max())
+        return float(z[sorted(ids)].sum() / z.sum())
 
     def close(self) -> None:
         if self.speculator is not None:
@@ -194,7 +228,7 @@ class LlamaEngine(TextEngine):
 
 
 class LlamaSession(DecodeSession):
-    def __init__(self, engine: LlamaEngine, prompt: list[int]):
+    def __init__(self, engine: LlamaEngine, prompt: list[int], anchor: int | None = None):
         self._engine = engine
         self._llm = engine.llm
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -207,10 +241,10 @@ class LlamaSession(DecodeSession):
         spec = engine.speculator
         self._spec = spec and spec.session(self._llm, self.stats, self._sampler, self._text)
         t0 = time.monotonic()
-        self._prefill(prompt)
+        self._prefill(prompt, anchor)
         self.stats.prefill_s = time.monotonic() - t0
 
-    def _prefill(self, prompt: list[int]) -> None:
+    def _prefill(self, prompt: list[int], anchor: int | None = None) -> None:
         llm = self._llm
         keep = _common_prefix(llm._input_ids, prompt)  # tokens whose K/V are in the cache
         keep = min(keep, len(prompt) - 1)  # at least one token to decode for fresh logits
@@ -225,6 +259,17 @@ class LlamaSession(DecodeSession):
             return
         llm.n_tokens = keep  # Llama.eval drops cache entries from n_tokens on
         self.stats.reused_tokens = keep
+        if guard is not None and anchor is not None and keep < anchor < len(prompt):
+            # the SWA checkpoint at the stable prefix: the next turn's prompt departs from this
+            # one there (this turn's few-shot examples go), further back than the small
+            # window can roll, so it restores this state instead of prefilling everything
+            llm.eval(prompt[keep:anchor])
+            guard.checkpoint()
+            self._checkpointed = True
+            llm.eval(prompt[anchor:])
+            return
+        if guard is not None and anchor is not None and guard.pos == anchor:
+            self._checkpointed = True  # this turn's stable-prefix checkpoint stands (step 2)
         llm.eval(prompt[keep:])
 
     def _checkpoint_once(self) -> None:
@@ -372,6 +417,19 @@ class _Chain:
             seed = sampling.seed if sampling.seed >= 0 else int.from_bytes(os.urandom(4), "little")
             self._owner.add_dist(seed)
         self.sampler = self._owner.sampler
+
+    def close(self) -> None:
+        """Free the native chain now. llama-cpp-python's ``LlamaSampler`` is a reference cycle
+        (its ExitStack's callback closes over it), so without this the chain (≈ 3 MiB of
+        candidates for a 262k vocabulary) waits for a gen-2 collection: the memory soak's
+        +3 MiB per turn (docs/benchmarks.md, "Memory soak"). Idempotent."""
+        self.sampler = None
+        owner = getattr(self, "_owner", None)  # None: __init__ failed before making it
+        if owner is not None:
+            owner.close()
+
+    def __del__(self) -> None:
+        self.close()
 
     def sample_raw(self, ctx) -> int:
         from llama_cpp import llama_cpp as capi

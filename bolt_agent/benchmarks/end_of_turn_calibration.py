@@ -1,0 +1,226 @@
+"""Calibrate the semantic end of turn on our own audio: Piper speaks finished requests and their
+unfinished beginnings, whisper transcribes them as the ASR node's speculative final would, and
+the resident LLM judges each transcript as llm_node does (``TurnRunner.end_of_turn_probability``
+with the profile's prompt, examples and template). Reports the separation (AUC) of
+``p_complete`` between finished and unfinished words, the text rule's accuracy, and the
+threshold that keeps every unfinished beginning waiting while ending the most finished turns.
+
+    python -m bolt_agent.benchmarks.end_of_turn_calibration --out eot.json [--profile P]
+
+The sentences here are the calibration set: the acoustic benchmark's pause utterances
+(``voice_loop``) are separate, so the benchmark measures the thresholds chosen here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: "unfinished beginning | the rest": the whole is a finished request, the beginning is not
+SENTENCES = {
+    "reachy_mini": (
+        "Could you turn your head towards | the window?",
+        "I want you to look at | the door.",
+        "Can you show me how | happy you are?",
+        "Tell me what you see on | the table.",
+        "Please nod your head if | you agree.",
+        "I was wondering if you could | do a little dance.",
+        "What do you think about | the weather today?",
+        "Could you look to the left and | then to the right?",
+        "My favourite thing about robots is | their antennas.",
+        "I would really like you to | shake your head for me.",
+        "Let me tell you about | my trip to the mountains.",
+        "When I was at school | I built a small robot.",
+    ),
+    "blacksmith_npc": (
+        "I would like to buy | a long sword and a shield.",
+        "How much do you want for | the iron helmet?",
+        "I have some leather boots that | I could sell you.",
+        "Could you sharpen | my old axe?",
+        "Do you have any | steel daggers for sale?",
+        "I found this silver ring in | the forest.",
+        "What is the price of | your best war hammer?",
+        "My horse needs | new horseshoes.",
+        "Can I trade my bow for | one of your swords?",
+        "Show me the armour that | you made this week.",
+        "I need something to protect me from | the wolves.",
+        "Would you give me a discount if | I buy two?",
+    ),
+}
+
+
+def auc(positives: list[float], negatives: list[float]) -> float | None:
+    """Share of (finished, unfinished) pairs ranked the right way (ties count half)."""
+    if not positives or not negatives:
+        return None
+    wins = sum((p > n) + 0.5 * (p == n) for p in positives for n in negatives)
+    return wins / (len(positives) * len(negatives))
+
+
+def best_threshold(positives: list[float], negatives: list[float]) -> dict[str, Any]:
+    """The threshold just above every unfinished beginning (no turn split by a pause), and how
+    many finished requests it still ends early; also the threshold of best balanced accuracy."""
+    top_negative = max(negatives)
+    safe = float(np.nextafter(top_negative, 1.0))
+    recall = sum(p >= safe for p in positives) / len(positives)
+    candidates = sorted(set(positives) | set(negatives))
+    scored = []
+    for t in candidates:
+        tpr = sum(p >= t for p in positives) / len(positives)
+        tnr = sum(n < t for n in negatives) / len(negatives)
+        scored.append(((tpr + tnr) / 2, t))
+    balanced, t_bal = max(scored)
+    return {
+        "no_split_threshold": safe,
+        "no_split_recall": recall,
+        "balanced_threshold": t_bal,
+        "balanced_accuracy": balanced,
+    }
+
+
+def sweep(rows: list[dict[str, Any]], thresholds=(0.03, 0.05, 0.07, 0.1, 0.15)) -> list:
+    """The listener's whole rule (p >= threshold and the last word does not ask for more) at
+    several thresholds: unfinished beginnings it would end (split turns) and finished requests
+    it ends after the short silence."""
+    from bolt_agent.core.speech.end_of_turn import ends_open
+
+    fin = [r for r in rows if r["complete"]]
+    unf = [r for r in rows if not r["complete"]]
+    out = []
+    for t in thresholds:
+        ends = lambda r, t=t: r["p_complete"] >= t and not ends_open(r["heard"])  # noqa: E731
+        out.append(
+            {
+                "threshold": t,
+                "unfinished_ended": sum(map(ends, unf)) / len(unf),
+                "finished_ended_early": sum(map(ends, fin)) / len(fin),
+            }
+        )
+    return out
+
+
+def run(profile_name: str, log=print) -> dict[str, Any]:
+    from bolt_agent.core.llm.chat_template import Knobs
+    from bolt_agent.core.llm.dialogue import Dialogue
+    from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
+    from bolt_agent.core.llm.profile import load_profile
+    from bolt_agent.core.llm.turn_runner import RunnerConfig, TurnRequest, TurnRunner
+    from bolt_agent.core.models import resolve_model
+    from bolt_agent.core.speech.asr_engine import FasterWhisperEngine
+    from bolt_agent.core.speech.audio_io import StreamResampler, int16_to_float
+    from bolt_agent.core.speech.end_of_turn import text_looks_complete
+    from bolt_agent.core.speech.tts_engine import PiperEngine
+    from bolt_agent.core.speech.vad_segmenter import SAMPLE_RATE
+    from bolt_agent.nodes.asr_node import AsrParams
+    from bolt_agent.nodes.llm_params import LlmParams
+
+    lp, ap = LlmParams(), AsrParams()
+    profile = load_profile(profile_name)
+    engine = LlamaEngine(
+        LlamaConfig(str(resolve_model(lp.model, kind="llm")), n_ctx=lp.n_ctx, n_threads=2)
+    ).load()
+    constrained = engine.chat_template.is_bundled  # llm_node's `constrained: auto`
+    few_shot = constrained  # `few_shot: auto`
+    dialogue = Dialogue(
+        profile.persona,
+        profile.example_messages() if few_shot else [],
+        profile.nearest(lp.few_shot_nearest) if few_shot else None,
+    )
+    runner = TurnRunner(engine, dialogue, profile.registry, RunnerConfig(constrained=constrained))
+    asr = FasterWhisperEngine(
+        resolve_model(ap.model, kind="asr"),
+        "cpu",
+        ap.compute_type,
+        1,
+        ap.language,
+        ap.beam_size,
+        ap.no_speech_threshold,
+        ap.log_prob_threshold,
+        ap.encoder_window_s,
+    )
+    asr.load()
+    tts = PiperEngine(resolve_model("", kind="tts"), seed=11)
+    tts.load()
+    knobs = Knobs(enable_thinking=lp.enable_thinking, conversational_mode=lp.conversational_mode)
+
+    rows = []
+    for k, line in enumerate(SENTENCES[profile_name]):
+        head, rest = (part.strip() for part in line.split("|"))
+        for complete, words in ((False, head), (True, f"{head} {rest}")):
+            audio = tts.synthesize_sentence(words)
+            x = StreamResampler(tts.sample_rate, SAMPLE_RATE).process(int16_to_float(audio))
+            heard = asr.transcribe(x, final=True)
+            text = heard.text if heard is not None else ""
+            t0 = time.perf_counter()
+            p = runner.end_of_turn_probability(TurnRequest(f"c{k}", text, knobs, lp.tool_choice))
+            row = {
+                "spoken": words,
+                "heard": text,
+                "complete": complete,
+                "p_complete": p,
+                "probe_s": time.perf_counter() - t0,
+                "text_rule": text_looks_complete(text),
+            }
+            rows.append(row)
+            log(f"{'done' if complete else 'part'} p={p:.4f} text={row['text_rule']!s:5} {text!r}")
+    engine.close()
+    asr.close()
+    tts.close()
+    pos = [r["p_complete"] for r in rows if r["complete"]]
+    neg = [r["p_complete"] for r in rows if not r["complete"]]
+    text_ok = sum(r["text_rule"] == r["complete"] for r in rows) / len(rows)
+    return {
+        "profile": profile_name,
+        "template": engine.chat_template.name,
+        "auc": auc(pos, neg),
+        "finished_median": float(np.median(pos)),
+        "finished_min": min(pos),
+        "unfinished_median": float(np.median(neg)),
+        "unfinished_max": max(neg),
+        "text_rule_accuracy": text_ok,
+        "probe_s_median": float(np.median([r["probe_s"] for r in rows])),
+        **best_threshold(pos, neg),
+        "sweep": sweep(rows),
+        "rows": rows,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", action="append", choices=sorted(SENTENCES))
+    ap.add_argument("--out", type=Path, default=Path("eot_calibration.json"))
+    args = ap.parse_args(argv)
+    results = [run(name) for name in args.profile or sorted(SENTENCES)]
+    rows = [row for r in results for row in r["rows"]]
+    summary = {"profiles": results, "sweep_all_profiles": sweep(rows)}
+    args.out.write_text(json.dumps(summary, indent=2))
+    print(
+        "| profile | AUC | finished median (min) | unfinished median (max) | no-split "
+        "threshold (finished ended early) | text rule accuracy |"
+    )
+    print("|---|---|---|---|---|---|")
+    for r in results:
+        print(
+            f"| {r['profile']} | {r['auc']:.2f} | {r['finished_median']:.3g} "
+            f"({r['finished_min']:.3g}) | {r['unfinished_median']:.3g} ({r['unfinished_max']:.3g})"
+            f" | {r['no_split_threshold']:.3g} ({r['no_split_recall']:.0%}) | "
+            f"{r['text_rule_accuracy']:.0%} |"
+        )
+    print("\n| threshold | unfinished beginnings ended (split) | finished ended early |")
+    print("|---|---|---|")
+    for row in summary["sweep_all_profiles"]:
+        print(
+            f"| {row['threshold']} | {row['unfinished_ended']:.0%} | "
+            f"{row['finished_ended_early']:.0%} |"
+        )
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

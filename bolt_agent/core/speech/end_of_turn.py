@@ -1,0 +1,127 @@
+"""When the user's turn is over: from the words, not from a fixed silence.
+
+A fixed silence (the VAD's ``min_silence_ms``) is either long, and every answer waits for it, or
+short, and a user who pauses mid-sentence ("I would like to buy … a long sword") is cut in two.
+``EndOfTurn`` decides while the silence lasts, from the speculative transcript of the words so far:
+
+* **complete** → the turn ends once the silence reaches ``complete_silence_ms`` (~250 ms);
+* **incomplete** → it waits until ``incomplete_silence_ms`` (~1.2 s), the VAD's own cap;
+* **not known yet** (no speculative transcript) → the cap ends it.
+
+Whether the words are complete comes from a *hint*: the resident LLM's probability that a
+sentence ends right after the words (``EndOfTurnHint`` on ``llm/end_of_turn``; one decode step
+on the prompt it has already prefilled, see ``TurnRunner.end_of_turn_probability``), at or above
+``threshold``, unless the last word plainly asks for more (``ends_open``). Without a hint for
+the same text within ``hint_timeout_ms`` of silence (no LLM node, a remote engine, a busy
+worker), the text itself decides (``text_looks_complete``: final punctuation and the last word;
+weaker, since whisper punctuates fragments too: docs/speech.md has the measured figures).
+
+Pure logic: the listener feeds it the silence so far, the speculative text and the hints.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+MODES = ("fixed", "semantic")
+#: a last word that needs more after it (articles, prepositions, conjunctions, auxiliaries…)
+_CONTINUE_WORDS = (
+    "a an the and or but so because if then than that which who whose where when while to of "
+    "for with from into onto at by about as like towards toward across against between among "
+    "without upon through my your his her our their its this these those "
+    "some any no every is are was were be been am do does did have has had will would could "
+    "should can may might must shall i we they he she um uh er erm"
+)
+_CONTINUES = frozenset(_CONTINUE_WORDS.split())
+_FINAL_PUNCT = (".", "?", "!")
+
+
+def ends_open(text: str) -> bool:
+    """The last word asks for more ("… to buy a", "… protect me from"): never a turn's end,
+    whatever the punctuation or the model says."""
+    words = re.findall(r"[a-zA-Z']+", text.lower())
+    return not words or words[-1] in _CONTINUES
+
+
+def text_looks_complete(text: str) -> bool:
+    """The words alone: a sentence that ends in final punctuation (not an ellipsis) and whose
+    last word does not ask for more. Whisper punctuates what it hears as finished."""
+    t = text.strip()
+    if not t or t.endswith(("...", "…", ",", ";", ":", "-", "—")):
+        return False
+    if not t.endswith(_FINAL_PUNCT):
+        return False
+    words = re.findall(r"[a-zA-Z']+", t.lower())
+    return bool(words) and words[-1] not in _CONTINUES
+
+
+@dataclass(frozen=True)
+class EndOfTurnSettings:
+    mode: str = "semantic"  # fixed (the VAD's min_silence_ms alone) | semantic
+    complete_silence_ms: int = 250  # silence that ends a complete turn
+    incomplete_silence_ms: int = 1200  # the longest wait: ends any turn (the VAD's cap)
+    threshold: float = 0.07  # hint p_complete at or above which the words are complete
+    hint_timeout_ms: int = 800  # silence after which the text decides when no hint came
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"end_of_turn mode must be one of {list(MODES)}, not {self.mode!r}")
+        if not 0 <= self.complete_silence_ms <= self.incomplete_silence_ms:
+            raise ValueError(
+                f"complete_silence_ms ({self.complete_silence_ms}) must be within "
+                f"[0, incomplete_silence_ms ({self.incomplete_silence_ms})]"
+            )
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Why a turn ended early (for logs and the benchmark)."""
+
+    complete: bool
+    source: str  # hint | text
+    p_complete: float | None = None
+
+
+class EndOfTurn:
+    """The decision for the utterance in progress; one instance per listener."""
+
+    def __init__(self, settings: EndOfTurnSettings | None = None) -> None:
+        self.settings = settings or EndOfTurnSettings()
+        self._utterance = ""
+        self._hints: dict[str, float] = {}  # text → p_complete, for the current utterance
+
+    def start(self, utterance_id: str) -> None:
+        """A new utterance: earlier hints are forgotten."""
+        self._utterance, self._hints = utterance_id, {}
+
+    def hint(self, utterance_id: str, text: str, p_complete: float) -> bool:
+        """A judgement of ``text``; ignored (False) unless it is about the current utterance."""
+        if utterance_id != self._utterance or not (0.0 <= p_complete <= 1.0):
+            return False
+        if len(self._hints) >= 16:  # a long utterance with many pauses: keep it bounded
+            self._hints.pop(next(iter(self._hints)))
+        self._hints[text.strip()] = float(p_complete)
+        return True
+
+    def judge(self, text: str, silence_ms: float) -> Decision | None:
+        """Is the turn complete with ``text`` (the speculative transcript of the words before
+        this silence)? None while it cannot be said yet (no hint and still within
+        ``hint_timeout_ms``)."""
+        s = self.settings
+        p = self._hints.get(text.strip())
+        if p is not None:
+            return Decision(p >= s.threshold and not ends_open(text), "hint", p)
+        if silence_ms >= s.hint_timeout_ms:
+            return Decision(text_looks_complete(text), "text")
+        return None
+
+    def should_end(self, text: str | None, silence_ms: float) -> Decision | None:
+        """End the utterance now? A ``Decision`` that says complete, else None (keep waiting:
+        the VAD's own cap, ``incomplete_silence_ms``, ends it)."""
+        if self.settings.mode != "semantic" or text is None:
+            return None
+        if silence_ms < self.settings.complete_silence_ms:
+            return None
+        decision = self.judge(text, silence_ms)
+        return decision if decision is not None and decision.complete else None

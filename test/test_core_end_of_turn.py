@@ -1,0 +1,206 @@
+"""Semantic end of turn (core/speech/end_of_turn.py and the listener's use of it), synchronously:
+a scripted VAD, a transcriber whose text is chosen per call, hints pushed as the LLM node would.
+No ROS, no sleeps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_core_listener import ByPosition, block_stamp
+
+from bolt_agent.core.speech.asr_engine import AsrResult
+from bolt_agent.core.speech.end_of_turn import EndOfTurn, EndOfTurnSettings, text_looks_complete
+from bolt_agent.core.speech.listener import (
+    FinalMetrics,
+    Listener,
+    ListenerSettings,
+    TranscriptEvent,
+    VoiceActivityEvent,
+)
+from bolt_agent.core.speech.vad_segmenter import WINDOW, VadConfig, VadSegmenter
+
+SEMANTIC = EndOfTurnSettings(
+    "semantic",
+    complete_silence_ms=250,
+    incomplete_silence_ms=1200,
+    threshold=0.05,
+    hint_timeout_ms=500,
+)
+# the VAD's own silence is the longest wait in semantic mode
+CAP = VadConfig(min_speech_ms=150, min_silence_ms=1200, speech_pad_ms=64, start_pad_ms=0)
+
+
+class Words:
+    """A transcriber that says ``text`` for every call (the words the user said so far)."""
+
+    def __init__(self, *texts: str) -> None:
+        self.texts = list(texts)
+        self.calls = 0
+
+    def transcribe(self, audio: np.ndarray, final: bool = True) -> AsrResult:
+        text = self.texts[min(self.calls, len(self.texts) - 1)]
+        self.calls += 1
+        return AsrResult(text, 0.9, "en", 0.0)
+
+
+def listener(probs, asr, settings=SEMANTIC, config=CAP) -> Listener:
+    vad = VadSegmenter(config, ByPosition(probs))
+    return Listener(
+        asr,
+        ListenerSettings(partial_interval_s=0.0, speculative_final=True, end_of_turn=settings),
+        vad,
+    )
+
+
+def run(lis: Listener, blocks: range, on_block=None) -> list[tuple[int, object]]:
+    out = []
+    for k in blocks:
+        if on_block is not None:
+            on_block(k, out)
+        a = k * WINDOW
+        block = np.arange(a, a + WINDOW, dtype=np.float32)
+        out += [(k, e) for e in lis.push(block, block_stamp(k))]
+    return out
+
+
+def ends(events) -> list[tuple[int, FinalMetrics]]:
+    return [(k, e) for k, e in events if isinstance(e, FinalMetrics)]
+
+
+def hint_after_speculation(lis: Listener, p: float):
+    """The LLM's answer to each speculative transcript, one block after it was published."""
+
+    def on_block(k, events):
+        for _, e in events:
+            if isinstance(e, TranscriptEvent) and e.speculative and not getattr(e, "_hinted", 0):
+                object.__setattr__(e, "_hinted", 1)
+                lis.end_of_turn_hint(e.utterance_id, e.text, p)
+
+    return on_block
+
+
+SPEECH = [0.0] * 4 + [0.9] * 30 + [0.0] * 60  # speech until window 34, then 1.9 s of silence
+
+
+def test_words_judged_complete_end_the_turn_after_the_short_silence():
+    lis = listener(SPEECH, Words("Can you nod for me"))  # no punctuation: only the hint decides
+    events = run(lis, range(len(SPEECH)), hint_after_speculation(lis, 0.4))
+    ((k, metrics),) = ends(events)
+    assert metrics.ended_by == "hint"
+    # silence began at window 34: 250 ms (8 windows) later, not after the 1.2 s cap (38)
+    assert 34 + 7 <= k <= 34 + 8
+    assert 250 <= metrics.silence_ms < 300
+    finals = [e for _, e in events if isinstance(e, TranscriptEvent) and e.is_final]
+    specs = [e for _, e in events if isinstance(e, TranscriptEvent) and e.speculative]
+    assert len(finals) == len(specs) == 1
+    # the final is the speculation confirmed: same text, same span
+    assert (finals[0].text, finals[0].audio_end_ns) == (specs[0].text, specs[0].audio_end_ns)
+    assert lis.vad.in_speech is False
+
+
+def test_words_judged_incomplete_wait_for_the_longest_silence():
+    lis = listener(SPEECH, Words("I would like to buy"))
+    events = run(lis, range(len(SPEECH)), hint_after_speculation(lis, 0.01))
+    ((k, metrics),) = ends(events)
+    assert metrics.ended_by == "silence" and metrics.silence_ms == 1200
+    assert k >= 34 + 37  # the cap: 1.2 s of silence
+
+
+def test_without_a_hint_the_text_decides_after_the_hint_timeout():
+    lis = listener(SPEECH, Words("Can you nod for me?"))
+    ((_, metrics),) = ends(run(lis, range(len(SPEECH))))
+    assert metrics.ended_by == "text" and 500 <= metrics.silence_ms < 540
+    lis = listener(SPEECH, Words("I would like to buy a"))  # whisper's period cannot save it
+    ((_k, metrics),) = ends(run(lis, range(len(SPEECH))))
+    assert metrics.ended_by == "silence"
+
+
+def test_a_hint_about_other_words_or_another_utterance_is_ignored():
+    lis = listener(SPEECH, Words("Can you nod for me"))
+
+    def wrong(k, events):
+        if k == 37:
+            uid = events[0][1].utterance_id
+            lis.end_of_turn_hint(uid, "Can you nod", 0.9)  # an older transcript
+            lis.end_of_turn_hint("u-other", "Can you nod for me", 0.9)
+
+    ((_k, metrics),) = ends(run(lis, range(len(SPEECH)), wrong))
+    assert metrics.ended_by == "silence"
+
+
+# "I would like to buy" … 0.7 s pause … "a long sword and a shield." then silence
+PAUSED = [0.0] * 4 + [0.9] * 30 + [0.0] * 22 + [0.9] * 30 + [0.0] * 60
+
+
+def test_a_paused_sentence_stays_one_turn_and_the_resume_is_announced():
+    words = Words("I would like to buy", "I would like to buy a long sword and a shield.")
+    lis = listener(PAUSED, words)
+    p_for = {"I would like to buy": 0.01, "I would like to buy a long sword and a shield.": 0.5}
+
+    def hints(k, events):
+        for _, e in events:
+            if isinstance(e, TranscriptEvent) and e.speculative and e.text in p_for:
+                lis.end_of_turn_hint(e.utterance_id, e.text, p_for.pop(e.text))
+
+    events = run(lis, range(len(PAUSED)), hints)
+    voice = [e for _, e in events if isinstance(e, VoiceActivityEvent)]
+    assert [(e.speaking, e.resumed) for e in voice] == [(True, False), (True, True), (False, False)]
+    assert len({e.utterance_id for e in voice}) == 1
+    finals = [e.text for _, e in events if isinstance(e, TranscriptEvent) and e.is_final]
+    assert finals == ["I would like to buy a long sword and a shield."]
+    ((_k, metrics),) = ends(events)
+    assert metrics.ended_by == "hint"
+
+    # the same audio with a fixed 500 ms silence: two turns, the robot answers half a sentence
+    fixed = VadConfig(min_speech_ms=150, min_silence_ms=500, speech_pad_ms=64, start_pad_ms=0)
+    words = Words("I would like to buy", "a long sword and a shield.")
+    lis = listener(PAUSED, words, EndOfTurnSettings("fixed"), fixed)
+    finals = [
+        e.text
+        for _, e in run(lis, range(len(PAUSED)))
+        if isinstance(e, TranscriptEvent) and e.is_final
+    ]
+    assert finals == ["I would like to buy", "a long sword and a shield."]
+
+
+def test_fixed_mode_never_ends_early():
+    lis = listener(SPEECH, Words("Can you nod for me?"), EndOfTurnSettings("fixed"))
+    ((k, metrics),) = ends(run(lis, range(len(SPEECH)), hint_after_speculation(lis, 0.9)))
+    assert metrics.ended_by == "silence" and k >= 34 + 37
+
+
+@pytest.mark.parametrize(
+    "text, complete",
+    [
+        ("Can you nod for me?", True),
+        ("I would like to buy a long sword and a shield.", True),
+        ("Thank you!", True),
+        ("I would like to buy", False),
+        ("I would like to buy...", False),
+        ("So yesterday I went to the market and", False),
+        ("Could you turn your head towards the", False),
+        ("I want to buy a.", False),
+        ("Well,", False),
+        ("", False),
+    ],
+)
+def test_text_alone(text, complete):
+    assert text_looks_complete(text) is complete
+
+
+def test_decisions_and_settings():
+    eot = EndOfTurn(SEMANTIC)
+    eot.start("u1")
+    assert eot.should_end("Hello.", 100) is None  # shorter than complete_silence_ms
+    assert eot.should_end("Hello.", 300) is None  # no hint yet, within hint_timeout_ms
+    assert eot.hint("u1", "Hello.", 0.3) and not eot.hint("u2", "Hello.", 0.3)
+    assert not eot.hint("u1", "Hello.", float("nan"))
+    decision = eot.should_end("Hello.", 300)
+    assert decision is not None and (decision.source, decision.p_complete) == ("hint", 0.3)
+    assert eot.should_end(None, 1000) is None  # no transcript yet: the VAD's cap decides
+    eot.start("u2")  # a new utterance forgets the hints
+    assert eot.judge("Hello.", 300) is None
+    with pytest.raises(ValueError, match="mode"):
+        EndOfTurnSettings("smart")
+    with pytest.raises(ValueError, match="complete_silence_ms"):
+        EndOfTurnSettings("semantic", complete_silence_ms=900, incomplete_silence_ms=800)
