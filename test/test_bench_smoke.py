@@ -1,4 +1,5 @@
-"""`bolt-agent bench --turns 2 --quick`: the whole benchmark end to end on real devices."""
+"""`bolt-agent bench --turns 2 --quick`: the whole benchmark end to end on real devices: our loop
+(a finished and a pause utterance), the pipecat peer on the same utterances, the offline parts."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import subprocess
 import sys
 
 import pytest
+
+from bolt_agent.core.models import resolve_model
+from bolt_agent.stack.spec import StackSpec, effective_params
 
 KEYS = (
     "voice_to_voice_p50_s",
@@ -21,7 +25,13 @@ KEYS = (
     "jetson_plan_llm_side_gb_4k",
     "jetson_plan_robot_total_gb_4k",
     "stage_median_s",
+    "endpoint_delay_p50_s",
+    "false_endpoint_rate",
+    "peer_voice_to_voice_all_p50_s",
+    "preemptive_wasted",
 )
+#: present, but None when the turns they need were split (a 2-turn run has 1 of each kind)
+MAYBE_NONE = ("voice_to_voice_vs_peer", "peer_voice_to_voice_p50_s")
 
 
 @pytest.mark.slow
@@ -53,3 +63,29 @@ def test_bench_quick(tmp_path):
     assert 0 < data["voice_to_voice_p50_s"] < 60
     assert set(data["stage_median_s"]) >= {"vad_end", "asr_final", "first_audio", "audible"}
     assert out.with_suffix(".md").exists() and (tmp_path / "bench_stages.png").exists()
+    assert all(key in data for key in MAYBE_NONE)
+    assert [t["kind"] for t in data["turns"]] == ["finished", "pause"]
+    assert data["pause_turns"] == 1 and 0 <= data["false_endpoint_rate"] <= 1
+
+    # the peer: same utterances, measured the same way, after our loop
+    peer = data["peer"]
+    assert [t["text"] for t in peer["turns"]] == [t["text"] for t in data["turns"]]
+    assert data["peer_turns_ok"] >= 1 and 0 < data["peer_voice_to_voice_all_p50_s"] < 60
+    # our three models and the stack's thread budget, as read back from the peer process
+    spec = StackSpec(sim=False, overrides=data["overrides"])
+    llm, asr, tts = (effective_params(spec, n) for n in ("llm_node", "asr_node", "tts_node"))
+    applied = peer["applied"]
+    cmd = applied["llm_cmdline"]
+    arg = dict(zip(cmd[2::2], cmd[3::2], strict=False))  # -m llama_cpp.server --flag value …
+    assert cmd[:2] == ["-m", "llama_cpp.server"]
+    assert arg["--model"] == str(resolve_model("", kind="llm"))
+    assert arg["--host"] == "127.0.0.1" and arg["--chat_format"] == "gemma"
+    assert int(arg["--n_threads"]) == llm["n_threads"]
+    assert int(arg["--n_threads_batch"]) == (llm["n_threads_batch"] or llm["n_threads"])
+    assert applied["asr_model"] == str(resolve_model("", kind="asr"))
+    assert applied["asr_cpu_threads"] == asr["cpu_threads"]
+    assert applied["tts_model"] == str(resolve_model("", kind="tts"))
+    assert applied["tts_intra_op_threads"] == tts["cpu_threads"]
+    assert peer["settings"]["max_tokens"] == 48 and peer["settings"]["peer"]
+    md = out.with_suffix(".md").read_text()
+    assert "| turn-taking | ours | pipecat |" in md and "ours ÷ pipecat" in md

@@ -104,7 +104,7 @@ def sweep(rows: list[dict[str, Any]], thresholds=(0.03, 0.05, 0.07, 0.1, 0.15)) 
     return out
 
 
-def run(profile_name: str, log=print) -> dict[str, Any]:
+def run(profile_name: str, log=print, with_nearest: bool = False) -> dict[str, Any]:
     from bolt_agent.core.llm.chat_template import Knobs
     from bolt_agent.core.llm.dialogue import Dialogue
     from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
@@ -156,8 +156,10 @@ def run(profile_name: str, log=print) -> dict[str, Any]:
             x = StreamResampler(tts.sample_rate, SAMPLE_RATE).process(int16_to_float(audio))
             heard = asr.transcribe(x, final=True)
             text = heard.text if heard is not None else ""
+            request = TurnRequest(f"c{k}", text, knobs, lp.tool_choice)
+            runner.prewarm(TurnRequest(f"c{k}", "", knobs, lp.tool_choice))  # speech start
             t0 = time.perf_counter()
-            p = runner.end_of_turn_probability(TurnRequest(f"c{k}", text, knobs, lp.tool_choice))
+            p = runner.end_of_turn_probability(request, with_nearest)
             row = {
                 "spoken": words,
                 "heard": text,
@@ -194,10 +196,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", action="append", choices=sorted(SENTENCES))
     ap.add_argument("--out", type=Path, default=Path("eot_calibration.json"))
+    ap.add_argument(
+        "--with-nearest",
+        action="store_true",
+        help="judge with the turn's nearest few-shot exchanges in the prompt (slower probe)",
+    )
     args = ap.parse_args(argv)
-    results = [run(name) for name in args.profile or sorted(SENTENCES)]
+    results = [run(n, with_nearest=args.with_nearest) for n in args.profile or sorted(SENTENCES)]
     rows = [row for r in results for row in r["rows"]]
-    summary = {"profiles": results, "sweep_all_profiles": sweep(rows)}
+    summary = {
+        "with_nearest": args.with_nearest,
+        "profiles": results,
+        "sweep_all_profiles": sweep(rows),
+    }
     args.out.write_text(json.dumps(summary, indent=2))
     print(
         "| profile | AUC | finished median (min) | unfinished median (max) | no-split "

@@ -16,11 +16,38 @@ STAGE_LABELS = {
 
 GOALS = (
     # key, label, comparison, target, unit
-    ("voice_to_voice_p50_s", "end of speech → first audio p50", "<=", 1.0, "s"),
+    ("voice_to_voice_p50_s", "end of speech → first audio p50", "<=", 0.8, "s"),
+    ("voice_to_voice_p90_s", "end of speech → first audio p90", "<=", 1.0, "s"),
+    ("false_endpoint_rate", "false endpoints (pause utterances split)", "<=", 0.05, ""),
+    ("endpoint_delay_p50_s", "user's last word → final transcript p50", "<=", 0.40, "s"),
     ("overhead_ratio", "stack ÷ raw libraries", "<=", 1.10, ""),
     ("llm_tok_s_ratio", "node ÷ raw tok/s", ">=", 0.95, ""),
     ("prefix_reuse_ttft_ratio", "TTFT(4K history) ÷ TTFT(empty)", "<=", 1.2, ""),
-    ("stack_rss_overhead_mb", "stack RSS beyond model weights", "<=", 300.0, "MB"),
+    ("stack_rss_overhead_mb", "stack RSS beyond model weights", "<=", 250.0, "MB"),
+)
+#: shown when the run had the pipecat peer (not ``--no-peer``)
+PEER_GOALS = (("voice_to_voice_vs_peer", "voice-to-voice p50 ours ÷ pipecat", "<=", 0.4, ""),)
+#: the turn-taking table: (label, keys shown " / "-joined; "" for none), ours and the peer's
+TURN_TAKING = (
+    ("voice-to-voice p50 / p90 (s; turns not split)", "voice_to_voice_p50_s",
+     "voice_to_voice_p90_s"),
+    ("turns measured for voice-to-voice", "voice_to_voice_turns", ""),
+    ("voice-to-voice p50 with split turns (robot not heard early)", "voice_to_voice_all_p50_s", ""),
+    ("finished / pause utterances: voice-to-voice p50 (s)", "finished_voice_to_voice_p50_s",
+     "pause_voice_to_voice_p50_s"),
+    ("pause utterances split / judged", "pause_split_turns", "pause_turns"),
+    ("false endpoint rate", "false_endpoint_rate", ""),
+    ("finished utterances split", "finished_split_turns", ""),
+    ("endpoint delay p50 (s): all / finished / pause", "endpoint_delay_p50_s",
+     "endpoint_delay_finished_p50_s", "endpoint_delay_pause_p50_s"),
+    ("preemptive starts / wasted", "preemptive_started", "preemptive_wasted"),
+    ("user resumed after a speculative end", "user_resumed", ""),
+)  # fmt: skip
+#: shown when the run had a memory soak (``--soak-turns N``)
+SOAK_GOALS = (
+    ("soak_rss_growth_mb", "soak RSS growth, turn N/4 → N", "<=", 10.0, "MB"),
+    ("soak_failed_turns", "soak turns that failed", "<=", 0.0, ""),
+    ("soak_rss_end_beyond_weights_mb", "RSS beyond weights after the soak", "<=", 250.0, "MB"),
 )
 
 
@@ -34,7 +61,12 @@ def _fmt(v: Any, unit: str = "") -> str:
 
 def goal_rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     rows = []
-    for key, label, op, target, unit in GOALS:
+    goals = (
+        GOALS
+        + (PEER_GOALS if "peer" in result else ())
+        + (SOAK_GOALS if "soak_turns" in result else ())
+    )
+    for key, label, op, target, unit in goals:
         v = result.get(key)
         ok = None if v is None else (v <= target if op == "<=" else v >= target)
         verdict = "–" if ok is None else ("met" if ok else "MISSED")
@@ -54,11 +86,53 @@ def markdown(result: dict[str, Any]) -> str:
     if stages:
         lines += ["", "| stage (median, s) | |", "|---|---|"]
         lines += [f"| {STAGE_LABELS.get(k, k)} | {_fmt(v)} |" for k, v in stages.items()]
+    if "voice_to_voice_turns" in result:
+        lines += ["", *turn_taking_lines(result)]
+    if "soak_turns" in result:
+        lines += ["", *soak_lines(result)]
     return "\n".join(lines) + "\n"
 
 
-def plots(turns: list[dict[str, Any]], out_prefix: Path) -> list[Path]:
-    """Stage breakdown per turn (stacked bars) and the voice-to-voice latency CDF."""
+def turn_taking_lines(result: dict[str, Any]) -> list[str]:
+    """Ours next to the pipecat peer's (same utterances, same definitions), when it ran."""
+    peer = result.get("peer")
+    lines = ["| turn-taking | ours | pipecat |" if peer else "| turn-taking | ours |"]
+    lines.append("|---|---|---|" if peer else "|---|---|")
+    for label, *keys in TURN_TAKING:
+        keys = [k for k in keys if k]
+        ours = " / ".join(_fmt(result.get(k)) for k in keys)
+        row = f"| {label} | {ours} |"
+        if peer:
+            row += " " + " / ".join(_fmt(peer.get(k)) for k in keys) + " |"
+        lines.append(row)
+    return lines
+
+
+def soak_lines(result: dict[str, Any]) -> list[str]:
+    """The memory soak's table: turns, growth, and RSS after every ~N/10th turn."""
+    series = result.get("soak_rss_series_mb") or []
+    first = result.get("soak_growth_from_turn", 1)
+    lines = ["| memory soak | value |", "|---|---|"]
+    lines.append(f"| turns / failed | {result['soak_turns']} / {result.get('soak_failed_turns')} |")
+    lines.append(
+        f"| RSS growth, turn {first} → {len(series)} (anonymous / malloc in use) | "
+        f"{_fmt(result.get('soak_rss_growth_mb'), 'MB')} "
+        f"({_fmt(result.get('soak_anon_growth_mb'), 'MB')} / "
+        f"{_fmt(result.get('soak_malloc_in_use_growth_mb'), 'MB')}) |"
+    )
+    if series:
+        step = max(1, len(series) // 10)
+        picks = sorted({*range(step - 1, len(series), step), len(series) - 1})
+        shown = ", ".join(f"{k + 1}: {_fmt(series[k])}" for k in picks)
+        lines.append(f"| RSS after turn k (MB) | {shown} |")
+    return lines
+
+
+def plots(
+    turns: list[dict[str, Any]], out_prefix: Path, peer_turns: list[dict[str, Any]] | None = None
+) -> list[Path]:
+    """Stage breakdown per turn (stacked bars) and the voice-to-voice latency CDF (with the
+    pipecat peer's, when it ran; split turns left out of both, as in the figures)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -86,10 +160,13 @@ def plots(turns: list[dict[str, Any]], out_prefix: Path) -> list[Path]:
     paths.append(p)
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    v = np.sort([t["v2v_s"] for t in done])
-    if len(v):
-        ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post")
-    ax.axvline(1.0, color="r", linestyle="--", label="goal 1.0 s")
+    for name, ts in (("ours", turns), ("pipecat", peer_turns)):
+        v = np.sort(
+            [t["v2v_s"] for t in ts or () if t.get("v2v_s") is not None and not t.get("split_by")]
+        )
+        if len(v):
+            ax.step(v, np.arange(1, len(v) + 1) / len(v), where="post", label=name)
+    ax.axvline(0.8, color="r", linestyle="--", label="goal p50 0.8 s")
     ax.set_xlabel("end of speech → first audio (s)")
     ax.set_ylabel("fraction of turns")
     ax.set_title("Voice-to-voice latency CDF")
@@ -108,7 +185,8 @@ def write_report(result: dict[str, Any], out_json: Path) -> dict[str, Path]:
 
     out_json.parent.mkdir(parents=True, exist_ok=True)
     prefix = out_json.with_suffix("")
-    pngs = plots(result.get("turns", []), prefix)
+    peer = (result.get("peer") or {}).get("turns")
+    pngs = plots(result.get("turns", []), prefix, peer_turns=peer)
     md = out_json.with_suffix(".md")
     md.write_text(markdown(result))
     result = {**result, "files": {"markdown": str(md), "plots": [str(p) for p in pngs]}}

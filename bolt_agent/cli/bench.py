@@ -1,12 +1,16 @@
 """`bolt-agent bench`: voice-to-voice latency over real audio devices, overheads, LLM, memory.
 
-    bolt-agent bench [--turns 20] [--out bench_out/bench.json] [--quick]
+    bolt-agent bench [--turns 20] [--out bench_out/bench.json] [--quick] [--no-peer]
+    bolt-agent bench --soak-turns 100 [--soak-only] [--set llm_node.max_new_tokens=48]
 
 Writes the JSON (seconds, ratios, MB), a markdown table (.md) and two plots (_stages.png,
 _cdf.png). Parts, in order, so they never compete for the 2 cores: the acoustic voice loop
-(``benchmarks.voice_loop``), the same utterances on the raw libraries, the LLM and speech
-benchmarks (``benchmarks.offline``, own process, no ROS), the Jetson memory prediction
-(``benchmarks.jetson_memory``). See docs/benchmarks.md.
+(``benchmarks.voice_loop``: finished and pause utterances), the pipecat peer on the same
+utterances and devices (``benchmarks.pipecat_peer``; ``--no-peer`` skips it), the memory soak
+when asked for (``benchmarks.soak``: N text turns through the whole stack, RSS after each), the
+same utterances on the raw libraries, the LLM and speech benchmarks (``benchmarks.offline``,
+own process, no ROS), the Jetson memory prediction (``benchmarks.jetson_memory``). See
+docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -24,15 +28,6 @@ from pathlib import Path
 from typing import Any
 
 MB = 1e6
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    vs = sorted(values)
-    k = (len(vs) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(vs) - 1)
-    return vs[lo] + (vs[hi] - vs[lo]) * (k - lo)
 
 
 def model_bytes() -> dict[str, int]:
@@ -79,10 +74,13 @@ def jetson(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_bench(args) -> int:
-    # a DDS domain of our own: nobody else's stack or test hears our turns (and vice versa)
-    os.environ["ROS_DOMAIN_ID"] = str(random.SystemRandom().randint(102, 200))
+    # a DDS domain of our own: nobody else's stack or test hears our turns (and vice versa);
+    # BOLT_BENCH_DOMAIN_ID picks it (e.g. a range kept for one user)
+    os.environ["ROS_DOMAIN_ID"] = os.environ.get("BOLT_BENCH_DOMAIN_ID") or str(
+        random.SystemRandom().randint(102, 200)
+    )
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
-    from bolt_agent.benchmarks.voice_loop import run_voice_loop
+    from bolt_agent.benchmarks.voice_loop import loop_figures, run_voice_loop
 
     out = Path(args.out)
     work = Path(tempfile.mkdtemp(prefix="bolt-bench-"))
@@ -92,7 +90,6 @@ def run_bench(args) -> int:
         "quick": args.quick,
         "work_dir": str(work),
     }
-    print(f"voice loop: {args.turns} turns over PulseAudio null sinks (work dir {work})")
     overrides = parse_overrides(args.set)
     if args.quick:  # smoke run: one model step per turn (first audio comes before any tool call)
         overrides.setdefault("llm_node", {}).setdefault("max_steps", 1)
@@ -100,6 +97,12 @@ def run_bench(args) -> int:
     result["overrides"] = overrides
     host = {"switch_interval": args.switch_interval} if args.switch_interval else {}
     result["host"] = host
+    if args.soak_only:
+        if not args.soak_turns:
+            raise SystemExit("--soak-only needs --soak-turns N")
+        ok = run_soak_part(args, result, work, overrides, host)
+        return _finish(result, out, t_start, ok)
+    print(f"voice loop: {args.turns} turns over PulseAudio null sinks (work dir {work})")
     loop = run_voice_loop(
         work, args.turns, overrides=overrides, log=lambda m: print(m, flush=True), host=host
     )
@@ -107,8 +110,8 @@ def run_bench(args) -> int:
     v2v = [t["v2v_s"] for t in turns if t["v2v_s"] is not None]
     result["turns"] = turns
     result["turns_ok"] = len(v2v)
-    result["voice_to_voice_p50_s"] = _pct(v2v, 0.5)
-    result["voice_to_voice_p90_s"] = _pct(v2v, 0.9)
+    # voice-to-voice (turns not split), false endpoints, endpoint delay, preemptive starts
+    result.update(loop_figures(turns))
     stages = {}
     for stage in (
         "vad_end",
@@ -118,7 +121,7 @@ def run_bench(args) -> int:
         "first_audio",
         "audible",
     ):
-        vals = [t["stages_s"][stage] for t in turns if stage in t["stages_s"]]
+        vals = [t["stages_s"][stage] for t in turns if stage in t["stages_s"] and not t["split_by"]]
         if vals:
             stages[stage] = statistics.median(vals)
             result[f"median_{stage}_s"] = stages[stage]
@@ -133,9 +136,11 @@ def run_bench(args) -> int:
     result["stack_rss_mb"] = loop["rss_end"]["VmRSS"] * 1.048576
     result["model_weights_mb"] = sum(mb.values()) / MB
     result["stack_rss_overhead_mb"] = result["stack_rss_mb"] - result["model_weights_mb"]
+    peer_ok = run_peer_part(args, result, work, overrides) if not args.no_peer else True
+    soak_ok = run_soak_part(args, result, work, overrides, host) if args.soak_turns else True
 
     if args.loop_only:
-        return _finish(result, out, t_start, v2v)
+        return _finish(result, out, t_start, bool(v2v) and soak_ok and peer_ok)
     # the same utterances through the raw libraries + LLM + speech benches (own process, no ROS)
     from bolt_agent.stack.spec import StackSpec, effective_params
 
@@ -185,10 +190,83 @@ def run_bench(args) -> int:
         if cand.exists():
             result["speculative"] = json.loads(cand.read_text())
             break
-    return _finish(result, out, t_start, v2v)
+    return _finish(result, out, t_start, bool(v2v) and soak_ok and peer_ok)
 
 
-def _finish(result: dict[str, Any], out: Path, t_start: float, v2v: list[float]) -> int:
+#: the peer's figures in the bench JSON: peer_<field> (the same definitions as ours)
+PEER_FIELDS = (
+    "voice_to_voice_p50_s",
+    "voice_to_voice_p90_s",
+    "voice_to_voice_turns",
+    "voice_to_voice_all_p50_s",
+    "finished_voice_to_voice_p50_s",
+    "pause_voice_to_voice_p50_s",
+    "pause_turns",
+    "pause_split_turns",
+    "false_endpoint_rate",
+    "finished_split_turns",
+    "endpoint_delay_p50_s",
+    "turns_ok",
+)
+
+
+def run_peer_part(args, result: dict[str, Any], work: Path, overrides: dict) -> bool:
+    """The pipecat peer (``benchmarks.pipecat_peer``) on the same utterances and devices, after
+    our loop (never at the same time): ``peer_*`` fields and ``voice_to_voice_vs_peer`` (ours ÷
+    pipecat, p50). True when it measured at least one turn."""
+    from bolt_agent.benchmarks.pipecat_peer import run_peer_loop
+
+    turns = args.peer_turns or args.turns
+    print(f"pipecat peer: {turns} turns on the same utterances (work dir {work / 'peer'})")
+    try:
+        peer = run_peer_loop(
+            work / "peer",
+            turns,
+            log=lambda m: print(f"peer {m}", flush=True),
+            max_tokens=args.peer_max_tokens,
+            overrides=overrides,
+        )
+    except Exception as exc:  # our loop's figures are still reported (the run fails)
+        result["peer_error"] = repr(exc)
+        print(f"pipecat peer failed: {exc!r} (see {work / 'peer'})", flush=True)
+        return False
+    peer["turns"] = [asdict(t) for t in peer["turns"]]
+    result["peer"] = peer
+    for key in PEER_FIELDS:
+        result[f"peer_{key}"] = peer.get(key)
+    ours, theirs = result.get("voice_to_voice_p50_s"), peer.get("voice_to_voice_p50_s")
+    result["voice_to_voice_vs_peer"] = ours / theirs if ours and theirs else None
+    return bool(peer["turns_ok"])
+
+
+def run_soak_part(args, result: dict[str, Any], work: Path, overrides: dict, host: dict) -> bool:
+    """The memory soak (``benchmarks.soak``): its fields into ``result``; True when every turn
+    finished and the growth is a number."""
+    from bolt_agent.benchmarks.soak import finite, run_soak
+
+    print(f"memory soak: {args.soak_turns} text turns through the stack (work dir {work})")
+    soak = run_soak(
+        work / "soak",
+        args.soak_turns,
+        overrides=overrides,
+        log=lambda m: print(m, flush=True),
+        host=host,
+    )
+    result.update(soak)
+    if "model_weights_mb" not in result:
+        result["model_weights_mb"] = sum(model_bytes().values()) / MB
+    ready = soak["soak"].get("rss_ready", {}).get("total", {})
+    if ready:  # the soak's stack right after bring-up, and after its last turn
+        result["soak_rss_ready_beyond_weights_mb"] = (
+            ready["VmRSS"] * 1.048576 - result["model_weights_mb"]
+        )
+    series = soak["soak_rss_series_mb"]
+    if series and series[-1] is not None:
+        result["soak_rss_end_beyond_weights_mb"] = series[-1] - result["model_weights_mb"]
+    return soak["soak_failed_turns"] == 0 and finite(soak)
+
+
+def _finish(result: dict[str, Any], out: Path, t_start: float, ok: bool) -> int:
     from bolt_agent.benchmarks.report import markdown, write_report
 
     result["jetson"] = jetson(result)
@@ -197,7 +275,7 @@ def _finish(result: dict[str, Any], out: Path, t_start: float, v2v: list[float])
     files = write_report(result, out)
     print(markdown(result))
     print(f"wrote {files['json']}, {files['markdown']}, {files['stages']}, {files['cdf']}")
-    return 0 if v2v else 1
+    return 0 if ok else 1
 
 
 def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
@@ -231,7 +309,8 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--loop-only",
         action="store_true",
-        help="only the voice loop (+ memory): for comparing parameter variants",
+        help="only the voice loop (+ the peer unless --no-peer, + memory): for comparing "
+        "parameter variants",
     )
     p.add_argument(
         "--switch-interval",
@@ -239,5 +318,31 @@ def add_parser(sub) -> None:
         default=0.0,
         metavar="S",
         help="experiment: sys.setswitchinterval in the stack process (GIL hand-over)",
+    )
+    p.add_argument(
+        "--soak-turns",
+        type=int,
+        default=0,
+        metavar="N",
+        help="memory soak: N text turns through the whole stack, RSS after each "
+        "(soak_rss_growth_mb = growth from turn N/4 to N; llm_node.max_new_tokens 48 unless set)",
+    )
+    p.add_argument(
+        "--soak-only", action="store_true", help="only the memory soak (needs --soak-turns)"
+    )
+    p.add_argument(
+        "--no-peer",
+        action="store_true",
+        help="skip the pipecat peer (same utterances through pipecat, after our loop)",
+    )
+    p.add_argument(
+        "--peer-turns", type=int, default=0, metavar="N", help="the peer's turns (default --turns)"
+    )
+    p.add_argument(
+        "--peer-max-tokens",
+        type=int,
+        default=48,
+        metavar="N",
+        help="the peer's max_tokens per answer (its answers' length, not its latency)",
     )
     p.set_defaults(func=run_bench)

@@ -74,12 +74,21 @@ class ConsoleMonitor(Node):
 
 
 def format_latencies(stamps: dict[str, float]) -> str:
-    parts, prev = [], None
-    for stage in _SHOWN:
-        if stage in stamps:
-            if prev is not None:
-                parts.append(f"→{stage} {stamps[stage] - stamps[prev]:.2f}s")
-            prev = stage
+    """Each stage's time after the end of speech, in the order they happened (a preemptive
+    answer's first token and sentence come before the final transcript), else each after the
+    previous one."""
+    parts = []
+    origin = stamps.get("speech_end")
+    if origin is not None:
+        shown = sorted((stamps[s], s) for s in _SHOWN if s in stamps and s != "speech_end")
+        parts += [f"{stage} +{t - origin:.2f}s" for t, stage in shown]
+    else:
+        prev = None
+        for stage in _SHOWN:
+            if stage in stamps:
+                if prev is not None:
+                    parts.append(f"→{stage} {stamps[stage] - stamps[prev]:.2f}s")
+                prev = stage
     if "speech_end" in stamps and "first_audio" in stamps:
         parts.append(f"| voice-to-voice {stamps['first_audio'] - stamps['speech_end']:.2f}s")
     if stamps.get("tok_s"):

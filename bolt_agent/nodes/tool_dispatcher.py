@@ -163,8 +163,11 @@ class ToolDispatcher:
     def _take_result(self, result_future, future, turn_id, handle, tool, timer) -> None:
         timer.cancel()
         with self._lock:
-            if handle in self._goals.get(turn_id, []):
-                self._goals[turn_id].remove(handle)
+            handles = self._goals.get(turn_id)
+            if handles is not None and handle in handles:
+                handles.remove(handle)
+                if not handles:  # the turn's last goal: no empty list left per turn (the soak)
+                    del self._goals[turn_id]
         response = result_future.result()
         result = response.result
         if tool.binding.type == "play_animation":

@@ -152,7 +152,9 @@ class TurnRunner:
         finally:
             self._lock.release()
 
-    def end_of_turn_probability(self, request: TurnRequest) -> float | None:
+    def end_of_turn_probability(
+        self, request: TurnRequest, with_nearest: bool = False
+    ) -> float | None:
         """How likely the user's turn is complete with ``request.user_text``: the model's
         probability that a sentence, or the user's message, ends right after these words.
 
@@ -160,11 +162,15 @@ class TurnRunner:
         trailing punctuation is taken off and the model itself says whether the words can end
         here: P(next token is ``.``, ``?``, ``!``, a newline, or the template's closer of a user
         message). Measured on our own Piper + whisper transcripts
-        (``benchmarks/end_of_turn_calibration.py``): AUC 0.86-0.96 this way, 0.49-0.62 with
-        whisper's punctuation left on (docs/speech.md). The prompt is the turn's own up to the
-        words, so its prefill stays cached for the turn that follows. None when it cannot be
-        told (the engine gives no probabilities, the prompt would not fit, a turn is running).
-        """
+        (``benchmarks/end_of_turn_calibration.py``, docs/speech.md): AUC 0.8-0.96 this way,
+        0.49-0.62 with whisper's punctuation left on.
+
+        The prompt is the history and the user's words, without the nearest few-shot exchanges
+        a turn puts before them (``with_nearest`` adds them): those depend on the words, so
+        they would cost a prefill of ~250 tokens on every silence, while the history is in the
+        cache already (prefilled when the user started speaking), so this costs about one
+        forward pass over the words. None when it cannot be told (the engine gives no
+        probabilities, the prompt would not fit, a turn is running)."""
         words = request.user_text.strip().rstrip(_TRAILING_PUNCT)
         if not words:
             return None
@@ -172,14 +178,15 @@ class TurnRunner:
             return None
         try:
             render = self._renderer(request.knobs)
-            messages = self.dialogue.preview(words, request.scene, _teaches(request))
+            nearest = with_nearest and _teaches(request)
+            messages = self.dialogue.preview(words, request.scene, nearest)
             prompt = render(messages)
             content = messages[-1]["content"]
             cut = prompt.rfind(content)
             if cut < 0 or self.engine.count_tokens(prompt) > self._prompt_limit():
                 return None
             cut += len(content)
-            if _teaches(request):
+            if nearest:
                 stable = self.dialogue.stable_messages(preview=True)
                 self._mark_stable(render, stable, prompt[:cut])
             ends = [".", "?", "!", "\n", prompt[cut:]]
