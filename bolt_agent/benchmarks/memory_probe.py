@@ -257,7 +257,7 @@ def _write_malloc_info(libc, path: str) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from bolt_agent.cli.bench import model_bytes
+    from bolt_agent.benchmarks.run_inputs import model_bytes
 
     libc = _libc()
     engines = _Engines(args, libc)

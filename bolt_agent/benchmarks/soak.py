@@ -263,7 +263,7 @@ def finite(result: dict[str, Any]) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     from bolt_agent.benchmarks.report import soak_lines
-    from bolt_agent.cli.bench import model_bytes, parse_overrides
+    from bolt_agent.benchmarks.run_inputs import model_bytes, parse_overrides
 
     ap = argparse.ArgumentParser(prog="python -m bolt_agent.benchmarks.soak")
     ap.add_argument("--turns", type=int, default=40)

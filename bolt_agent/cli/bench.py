@@ -27,18 +27,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from bolt_agent.benchmarks.run_inputs import model_bytes, parse_overrides
+
 MB = 1e6
-
-
-def model_bytes() -> dict[str, int]:
-    from bolt_agent.core.models import resolve_model
-
-    out = {}
-    for kind in ("llm", "asr", "tts"):
-        p = resolve_model("", kind=kind)
-        files = [p] if p.is_file() else [f for f in p.rglob("*") if f.is_file()]
-        out[kind] = sum(f.stat().st_size for f in files)
-    return out
 
 
 def jetson(result: dict[str, Any]) -> dict[str, Any]:
@@ -276,20 +267,6 @@ def _finish(result: dict[str, Any], out: Path, t_start: float, ok: bool) -> int:
     print(markdown(result))
     print(f"wrote {files['json']}, {files['markdown']}, {files['stages']}, {files['cdf']}")
     return 0 if ok else 1
-
-
-def parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
-    """``node.param=value`` (value parsed as YAML) → {node: {param: value}}."""
-    import yaml
-
-    out: dict[str, dict[str, Any]] = {}
-    for item in items:
-        key, _, value = item.partition("=")
-        node, _, param = key.partition(".")
-        if not param:
-            raise SystemExit(f"--set expects node.param=value, got {item!r}")
-        out.setdefault(node, {})[param] = yaml.safe_load(value)
-    return out
 
 
 def add_parser(sub) -> None:
