@@ -7,7 +7,7 @@ import yaml
 
 from bolt_agent.core.llm.chat_template import ChatTemplate, Knobs
 from bolt_agent.core.llm.dialogue import INTERRUPTED_MARKER, Dialogue, Step
-from bolt_agent.core.llm.profile import load_profile
+from bolt_agent.core.llm.profile import _shared_values, load_profile
 from bolt_agent.core.llm.tool_grammar import build_grammar
 from bolt_agent.core.paths import config_dir
 from bolt_agent.core.tools.registry import ToolConfigError, ToolRegistry
@@ -281,6 +281,22 @@ def test_nearest_examples_are_lexical_and_closest_last(reachy):
     assert two[-1].calls[0]["arguments"]["animation_name"] == "happy_nod"
     assert reachy.nearest_examples("zzz qqq", 2) == []  # no shared word: nothing is added
     assert reachy.nearest_examples("Nod.", 0) == [] and reachy.nearest(0) is None
+
+
+def test_an_item_several_tools_take_is_a_slot_and_brings_no_nearest_example():
+    """The shop's items go to selling and buying alike: matching them brought the other trade's
+    example, and an example's item before the request replaced the one asked for."""
+    npc = load_profile("blacksmith_npc")
+    # a request naming an item (any form: plural, case): the static examples only
+    assert npc.nearest_examples("Two Iron Helmets, and quick!", 2) == []
+    assert npc.nearest_examples("Would you buy my steel longsword for 60 gold?", 2) == []
+    # without an item the trade examples are found by their frame, not by an item's words
+    offer = npc.nearest_examples("Would you buy something of mine for 60 gold?", 1)
+    assert [c["name"] for c in offer[0].calls] == ["buy_from_player"]
+    # the slots: values two tools share for one argument; an animation (one tool's) stays words
+    items = {value for arg, value in _shared_values(npc.registry) if arg == "item"}
+    assert ("war", "hammer") in items and ("horseshoe",) in items
+    assert _shared_values(load_profile("reachy_mini").registry) == ()
 
 
 def test_catalog_items_are_an_enum_in_the_grammar_and_llama_cpp_accepts_it():

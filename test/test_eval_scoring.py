@@ -99,3 +99,29 @@ def test_tool_and_item_ignores_only_the_numbers():
     assert figures["tool_choice_accuracy"] == pytest.approx(1 / 3)
     assert figures["tool_item_accuracy"] == pytest.approx(2 / 3)
     assert figures["tool_name_accuracy"] == pytest.approx(1.0)
+
+
+def test_cli_params_and_seeds_and_the_summary_over_seeds():
+    from bolt_agent.cli.eval import parse_params, parse_seeds, summary, summary_table, table
+
+    assert parse_params(["model_sampling=false", "temperature=0.2", "few_shot=on"]) == {
+        "model_sampling": False,
+        "temperature": 0.2,
+        "few_shot": "on",
+    }
+    with pytest.raises(ValueError, match="NAME=VALUE"):
+        parse_params(["temperature"])
+    assert parse_seeds("7,8, 9") == [7, 8, 9]
+    with pytest.raises(ValueError):
+        parse_seeds("-1")
+    requests = (EvalRequest("nod", "t", {"a": "nod"}),) * 12
+    runs = []
+    for seed, right in ((7, 12), (8, 6)):
+        records = [
+            TurnRecord("nod", ["Nod."], [{"name": "t", "arguments": {"a": "nod"}}], True, 10)
+        ] * right + [TurnRecord("nod", ["No."], [], None, 10)] * (12 - right)
+        runs.append({**score(requests, records), "profile": "p", "llm_node_params": {"seed": seed}})
+    s = summary(runs)["p"]
+    assert s["runs"] == 2 and s["tool_choice_accuracy"] == {"mean": 0.75, "min": 0.5, "max": 1.0}
+    assert "| p | 2 | 75 % (50–100) |" in summary_table(runs)
+    assert "| p | 8 | 12 | 50 % |" in table(runs)

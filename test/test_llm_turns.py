@@ -289,10 +289,13 @@ def test_nearest_example_is_in_the_turns_prompt_only_and_the_blacksmith_sells_ca
     )
     knobs = Knobs(enable_thinking=False, conversational_mode=True)
     render = runner._renderer(knobs)
-    first = "Would you buy my horseshoe for 2 gold?"
+    # requests that name no item: one that does gets no nearest example (it would hand over
+    # the example's item)
+    assert profile.nearest_examples("Would you buy my horseshoe for 2 gold?", 1) == []
+    first = "Would you buy something of mine for 2 gold?"
     nearest = profile.nearest_examples(first, 1)[0]
     static = render(dialogue.preview("hello")).count(nearest.user)  # in the static examples
-    second = "I want to buy a horseshoe."
+    second = "I want to buy something from you."
     assert profile.nearest_examples(second, 1)[0] != nearest
     calls = []
     for i, text in enumerate((first, second)):

@@ -1,7 +1,9 @@
 """Named models from config/models.yaml, resolved to files; bundled assets assembled on demand.
 
 ``resolve_model("gemma3-270m")`` returns the file (or directory) a stage loads. A missing model
-raises ``ModelNotFoundError`` naming the file that was expected and how to get it.
+raises ``ModelNotFoundError`` naming the file that was expected and how to get it. An LLM entry
+may carry its own ``sampling:`` (``model_sampling``), used where llm_node's sampling parameters
+are left at the seed's defaults.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ import os
 import re
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -31,6 +34,9 @@ class ModelSpec:
     bundled: str | None = None
     path: str | None = None
     how_to_get: str = ""
+    #: llm: the sampling this model runs with where llm_node's parameters are left at their
+    #: defaults (the seed's, tuned for Bolt E4B); keys of ``SAMPLING_KEYS``
+    sampling: dict[str, float] = field(default_factory=dict, compare=False)
 
     def expected_path(self) -> Path:
         if self.bundled:
@@ -50,10 +56,45 @@ def load_specs(path: Path | None = None) -> tuple[dict[str, ModelSpec], dict[str
             bundled=entry.get("bundled"),
             path=entry.get("path"),
             how_to_get=entry.get("how_to_get", ""),
+            sampling=_sampling(name, entry.get("sampling")),
         )
         for name, entry in (data.get("models") or {}).items()
     }
     return specs, dict(data.get("defaults") or {})
+
+
+#: the sampling values a model entry may set (llm_node parameters of the same names)
+SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p")
+
+
+def _sampling(name: str, entry: Any) -> dict[str, float]:
+    if not entry:
+        return {}
+    unknown = set(entry) - set(SAMPLING_KEYS) if isinstance(entry, dict) else {entry}
+    if unknown:
+        raise ValueError(f"model {name!r}: sampling takes {SAMPLING_KEYS}, not {sorted(unknown)}")
+    return {k: float(v) if k != "top_k" else int(v) for k, v in entry.items()}
+
+
+def model_sampling(name_or_path: str, kind: str = "llm") -> dict[str, float]:
+    """The ``sampling:`` of the configured model that ``name_or_path`` names ('' = the kind's
+    default; a path: the configured model whose file it is); {} when it has none."""
+    specs, defaults = load_specs()
+    spec = specs.get(name_or_path or defaults.get(kind, ""))
+    if spec is None and name_or_path:
+        target = Path(os.path.expanduser(_expand_vars(name_or_path))).resolve()
+        spec = next((s for s in specs.values() if s.expected_path().resolve() == target), None)
+    return dict(spec.sampling) if spec is not None else {}
+
+
+def with_model_sampling(
+    model: str, given: dict[str, Any], defaults: dict[str, Any], kind: str = "llm"
+) -> dict[str, Any]:
+    """``given`` sampling values with the model's own (``model_sampling``) in place of each one
+    still at its default in ``defaults``: a value set on purpose wins; the model's tuning
+    replaces only the generic default (the seed's temperature 1.0, chosen for Bolt E4B)."""
+    own = model_sampling(model, kind)
+    return {k: own[k] if k in own and v == defaults.get(k) else v for k, v in given.items()}
 
 
 def resolve_model(name_or_path: str, kind: str | None = None) -> Path:

@@ -124,10 +124,13 @@ class LlmNode(BoltLifecycleNode):
         constrained = {"on": True, "off": False}.get(
             p.constrained, self.engine.chat_template.is_bundled
         )
+        sampling = dict(temperature=p.temperature, top_p=p.top_p, top_k=p.top_k, min_p=p.min_p)
+        if p.model_sampling and p.engine == "local":  # models.yaml's, where left at defaults
+            from bolt_agent.core.models import with_model_sampling
+
+            sampling = with_model_sampling(p.model, sampling, vars(LlmParams()))
         config = RunnerConfig(
-            sampling=SamplingParams(
-                temperature=p.temperature, top_p=p.top_p, top_k=p.top_k, min_p=p.min_p, seed=p.seed
-            ),
+            sampling=SamplingParams(**sampling, seed=p.seed),
             constrained=constrained,
             max_new_tokens=p.max_new_tokens,
             max_steps=p.max_steps,
@@ -298,7 +301,7 @@ class LlmNode(BoltLifecycleNode):
             held = HeldTurn(msg.utterance_id, msg.text, _Sink(self), p.preemptive_hold_s)
             with self._held_lock:
                 self._held = held
-            self.preemptive["started"] += 1
+            self._count("started")
         self.scheduler.speculate(
             msg.utterance_id, msg.text, self.default_knobs(), held, p.end_of_turn_hints
         )
@@ -312,7 +315,7 @@ class LlmNode(BoltLifecycleNode):
         if held is None:
             return False
         if held.turn_id == utterance_id and _same_words(held.text, text) and held.commit():
-            self.preemptive["committed"] += 1
+            self._count("committed")
             self.get_logger().info(f"preemptive turn {utterance_id} committed")
             return True
         self._discarded(held, "the final transcript differs")
@@ -332,16 +335,20 @@ class LlmNode(BoltLifecycleNode):
         a cancel is what discards it: a second one would cancel the job that caused it)."""
         if not held.discard():
             return  # already committed (a real turn now) or discarded
-        self.preemptive["discarded"] += 1
+        self._count("discarded")
         self.get_logger().info(f"preemptive turn {held.turn_id} discarded: {why}")
         if cancel and self.scheduler is not None and self.scheduler.current_sink is held:
             self.scheduler.cancel(f"preemptive turn discarded: {why}")
+
+    def _count(self, what: str) -> None:
+        with self._held_lock:  # callbacks and the LLM worker both count
+            self.preemptive[what] += 1
 
     def _publish_hint(self, utterance_id: str, text: str, p_complete: float) -> None:
         msg = EndOfTurnHint(utterance_id=utterance_id, text=text, p_complete=float(p_complete))
         msg.header.stamp = self.get_clock().now().to_msg()
         self._hint_pub.publish(msg)
-        self.preemptive["hints"] += 1
+        self._count("hints")
         self.get_logger().info(
             f"end of turn [{utterance_id}] {text!r}: p_complete {p_complete:.3g}"
         )

@@ -124,6 +124,13 @@ class LlmParams:
     top_k: int = param(64, "top-k sampling (seed default 64)", load_time=True, low=0)
     min_p: float = param(0.0, "min-p sampling (0 = off)", load_time=True, low=0.0, high=1.0)
     seed: int = param(-1, "sampling seed (-1 = random)", load_time=True)
+    model_sampling: bool = param(
+        True,
+        "local engine: the model's own sampling from config/models.yaml (its sampling:, e.g. "
+        "greedy for the bundled base model) for temperature/top_p/top_k/min_p left at their "
+        "defaults; false: the parameters as they are",
+        load_time=True,
+    )
     enable_thinking: bool = param(True, "default for requests: reason before answering")
     thinking_token_budget: int = param(-1, "default thinking budget in tokens (-1 = unset)", low=-1)
     conversational_mode: bool = param(False, "default: inject the brevity instruction")

@@ -46,7 +46,7 @@ TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
         "type": "object",
         "properties": {
             "item": {"type": "string"},
-            "offered_price": {"type": "integer", "minimum": 0, "maximum": 100000},
+            "offered_price": {"type": "integer", "minimum": 0, "maximum": 1000},
         },
         "required": ["item", "offered_price"],
     },

@@ -74,6 +74,7 @@ class LlamaEngine(TextEngine):
         self.swa_guard = None  # SwaGuard when the sliding-window cache is not full-size
         self._tokenizer = None  # PromptTokenizer once loaded
         self._stable = ""  # mark_stable's prefix, for the next session
+        self.sessions = 0  # sessions started: a fixed seed is offset by it (see LlamaSession)
 
     def load(self) -> LlamaEngine:
         path = Path(self.config.model_path)
@@ -237,6 +238,11 @@ class LlamaSession(DecodeSession):
 
         self._is_eog = capi.llama_vocab_is_eog
         self._checkpointed = False
+        # a fixed seed makes the engine's whole run reproducible; each session continues it
+        # with its own draws (the same seed in every session would give every request and
+        # every step the same random stream, so one seed would move all answers together)
+        self._seed_offset = engine.sessions
+        engine.sessions += 1
         self.stats = SessionStats(prompt_tokens=len(prompt))
         spec = engine.speculator
         self._spec = spec and spec.session(self._llm, self.stats, self._sampler, self._text)
@@ -295,7 +301,7 @@ class LlamaSession(DecodeSession):
         key = (sampling, grammar)
         sampler = self._samplers.get(key)
         if sampler is None:
-            chain = _Chain(self._llm.n_vocab(), sampling)
+            chain = _Chain(self._llm.n_vocab(), sampling, self._seed_offset)
             if grammar is None:
                 sampler = chain
             else:
@@ -400,7 +406,7 @@ def _common_prefix(cached, prompt: list[int]) -> int:
 class _Chain:
     """The plain sampler chain (seed defaults: top-k → top-p → [min-p] → temperature → dist)."""
 
-    def __init__(self, n_vocab: int, sampling: SamplingParams):
+    def __init__(self, n_vocab: int, sampling: SamplingParams, seed_offset: int = 0):
         from llama_cpp import _internals
 
         self._owner = _internals.LlamaSampler()
@@ -414,7 +420,11 @@ class _Chain:
             if sampling.min_p > 0:
                 self._owner.add_min_p(sampling.min_p, 1)
             self._owner.add_temp(sampling.temperature)
-            seed = sampling.seed if sampling.seed >= 0 else int.from_bytes(os.urandom(4), "little")
+            seed = (
+                (sampling.seed + seed_offset) % 2**32
+                if sampling.seed >= 0
+                else int.from_bytes(os.urandom(4), "little")
+            )
             self._owner.add_dist(seed)
         self.sampler = self._owner.sampler
 
