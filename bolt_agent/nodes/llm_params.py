@@ -148,9 +148,10 @@ class LlmParams:
         choices=("on", "off", "auto"),
     )
     few_shot_nearest: int = param(
-        2,
+        1,
         "with few_shot: the N profile examples most like the request, rendered right before it "
-        "(retrieval few-shot, not stored in the history; 0 = off)",
+        "(retrieval few-shot, not stored in the history; 0 = off; each costs ~110 tokens of "
+        "prefill per turn)",
         load_time=True,
         low=0,
         high=8,
