@@ -139,6 +139,42 @@ def test_voice_activity_final_and_metrics_with_stamps_from_sample_offsets():
     assert asr.calls == [(True, start, end)]  # the padded audio, once
 
 
+def test_audio_that_stops_mid_utterance_ends_it_with_what_was_heard():
+    config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=64, start_pad_ms=128)
+    onset, start = 10 * WINDOW, 10 * WINDOW - 2048
+
+    # the source stops while the user speaks: the final holds everything up to the last block
+    listener, asr = make([0.0] * 10 + [0.9] * 20, config, speculative_final=False)
+    events = feed(listener, range(30))
+    uid = events[0][1].utterance_id
+    end = 30 * WINDOW
+    assert listener.audio_stopped() == [
+        VoiceActivityEvent(uid, False, False, at(29, end)),
+        TranscriptEvent(uid, text(start, end), True, 0.75, "en", at(29, onset), at(29, end)),
+        FinalMetrics(uid, at(29, end), "audio_stopped", 0.0),
+    ]
+    assert asr.calls == [(True, start, end)]
+    assert listener.audio_stopped() == []  # said once; nothing open any more
+
+    # it stops 160 ms into a silence: the end is where the VAD would have put it (padded)
+    listener, asr = make([0.0] * 10 + [0.9] * 20 + [0.0] * 5, config, speculative_final=False)
+    events = feed(listener, range(35))
+    uid = events[0][1].utterance_id
+    end = 30 * WINDOW + 1024
+    assert listener.audio_stopped() == [
+        VoiceActivityEvent(uid, False, False, at(34, end)),
+        TranscriptEvent(uid, text(start, end), True, 0.75, "en", at(34, onset), at(34, end)),
+        FinalMetrics(uid, at(34, end), "audio_stopped", 5 * WINDOW * 1000 / 16000),
+    ]
+
+    # no utterance open: nothing to end, and the next speech is heard as usual
+    listener, asr = make([0.0] * 10 + [0.9] * 20 + [0.0] * 30, config, speculative_final=False)
+    assert feed(listener, range(5)) == [] and listener.audio_stopped() == []
+    events = feed(listener, range(5, 60))
+    finals = [e for _, e in events if isinstance(e, FinalMetrics)]
+    assert [e.ended_by for e in finals] == ["silence"]
+
+
 def test_partials_every_interval_of_speech_and_skipped_under_backlog():
     probs = [0.0] * 4 + [0.9] * 120 + [0.0] * 40
     config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=0, start_pad_ms=0)

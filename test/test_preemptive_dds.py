@@ -166,7 +166,7 @@ def stack(node_process, unique_ns):
 @pytest.mark.timeout(300)
 def test_a_user_who_goes_on_after_a_pause_hears_nothing_of_the_preemptive_answer(stack):
     robot, ex, logs = stack
-    robot.speak(ex, speech("Could you turn your head towards", 2.2, "the window, please?", 2.5))
+    robot.speak(ex, speech("Could you turn your head towards", 2.2, "the window, please?", 3.5))
     spin_until(ex, lambda: robot.finals(), 30, f"the final transcript\n{logs()}")
     ((t_final, final),) = robot.finals()
     uid = final.utterance_id

@@ -268,3 +268,47 @@ def test_speculative_final_is_transcribed_before_the_end_of_speech_is_confirmed(
         # same span (stamps map sample offsets through the latest block's arrival time)
         assert secs(early[-1].audio_end) == pytest.approx(secs(final.audio_end), abs=0.1)
     assert spec_proc.alive() and plain_proc.alive(), spec_proc.log() + plain_proc.log()
+
+
+@pytest.mark.slow
+def test_audio_that_stops_mid_sentence_still_gives_its_final(
+    node_process,
+    unique_ns,
+    speech_wav,  # noqa: F811
+):
+    """A bag or publisher that stops while the user speaks: after `audio_stopped_s` without a
+    block, the open utterance ends with what was heard (its words are not held until audio comes
+    back, which may be never), and the node goes on listening."""
+    proc = start_asr(
+        node_process, unique_ns, "audio_source:=topic", "partial_interval_s:=0.0",
+        "audio_stopped_s:=1.0",
+    )  # fmt: skip
+    with ros_node("asr_probe") as (node, ex):
+        seen, status = watch_asr_nodes(node, unique_ns, {"asr": "asr"}, ("asr_node",))
+        pub = node.create_publisher(AudioChunk, f"{unique_ns}/audio/input", qos.AUDIO)
+        spin_until(ex, lambda: status, 60, "the ASR node's status")
+        spin_until(ex, lambda: pub.get_subscription_count() == 1, 10, "the audio subscriber")
+
+        def publish(pcm: np.ndarray) -> None:
+            t0 = time.monotonic()
+            for i in range(0, len(pcm), CHUNK):
+                spin_until(ex, lambda i=i: time.monotonic() - t0 >= i / 16000, 5, "next block")
+                block = pcm[i : i + CHUNK].tolist()
+                pub.publish(AudioChunk(sample_rate=16000, channels=1, samples=block))
+
+        def finals() -> list[Transcript]:
+            return [m for m in seen["asr"] if isinstance(m, Transcript) and m.is_final]
+
+        # cut at the last loud sample of the second sentence: no silence after it at all
+        publish(float_to_int16(speech_wav.audio[: speech_wav.truth[-1][1]]))
+        t_stop = time.monotonic()
+        spin_until(ex, lambda: len(finals()) == 2, 30, f"both finals: {seen['asr']}\n{proc.log()}")
+        waited = time.monotonic() - t_stop
+        assert 1.0 <= waited < 10.0, waited  # audio_stopped_s, then whisper
+        for final, text in zip(finals(), speech_wav.texts, strict=True):
+            assert wer(text, final.text) <= 0.2, (text, final.text)
+        assert "no audio for audio_stopped_s" in proc.log()
+        # audio again: heard as usual
+        publish(float_to_int16(speech_wav.audio))
+        spin_until(ex, lambda: len(finals()) == 4, 30, f"two more finals\n{proc.log()}")
+    assert proc.alive(), proc.log()

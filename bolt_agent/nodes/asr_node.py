@@ -251,6 +251,14 @@ class AsrParams:
         low=0.01,
         high=600.0,
     )
+    audio_stopped_s: float = param(
+        3.0,
+        "no audio for this long with an utterance open (a bag or file ended, the source went "
+        "away) ends it with what was heard, counted as ended_by_audio_stopped (0 = wait for "
+        "audio to come back); keep it above max_chunk_s",
+        low=0.0,
+        high=600.0,
+    )
     max_queued_s: float = param(
         30.0,
         "audio in s allowed to wait for the VAD thread; blocks beyond it are dropped and "
@@ -280,7 +288,7 @@ class AsrNode(BoltLifecycleNode):
         self._listener: Listener | None = None
         self._resamplers: dict[int, StreamResampler] = {}
         self._robot_speaking = False  # the latest tts/state (latched: may come before activate)
-        self._ended_by: dict[str, int] = {}  # how utterances ended: silence | hint | text
+        self._ended_by: dict[str, int] = {}  # silence | hint | text | audio_stopped
         self._resumed = 0  # utterances resumed after a speculative end
 
     def _listener_settings(self) -> ListenerSettings:
@@ -502,7 +510,18 @@ class AsrNode(BoltLifecycleNode):
     def _work(self) -> None:
         listener = self._listener
         assert listener is not None
-        while (item := self._q.get()) is not None:
+        while True:
+            stopped_s = self.params.audio_stopped_s
+            try:
+                item = self._q.get(timeout=stopped_s if stopped_s > 0 else None)
+            except queue.Empty:  # no audio at all for audio_stopped_s
+                try:
+                    listener.audio_stopped()
+                except Exception as exc:
+                    self.record_failure("processing", f"ASR processing failed: {exc!r}")
+                continue
+            if item is None:
+                break
             chunk, stamp_ns = item
             with self._queued_lock:
                 self._queued -= len(chunk)
@@ -547,7 +566,12 @@ class AsrNode(BoltLifecycleNode):
             self.get_logger().info(f"{kind} [{event.utterance_id}] {event.text!r}")
         elif isinstance(event, FinalMetrics):
             self._ended_by[event.ended_by] = self._ended_by.get(event.ended_by, 0) + 1
-            if event.ended_by != "silence":
+            if event.ended_by == "audio_stopped":
+                self.get_logger().warning(
+                    f"[{event.utterance_id}] no audio for audio_stopped_s "
+                    f"{self.params.audio_stopped_s} s: the utterance ends with what was heard"
+                )
+            elif event.ended_by != "silence":
                 self.get_logger().info(
                     f"end of turn [{event.utterance_id}] after {event.silence_ms:.0f} ms of "
                     f"silence (the words are complete: {event.ended_by})"

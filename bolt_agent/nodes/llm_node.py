@@ -87,6 +87,8 @@ class LlmNode(BoltLifecycleNode):
         self._held: HeldTurn | None = None  # the preemptive turn awaiting its final transcript
         self._held_lock = threading.Lock()
         self.preemptive = {"started": 0, "committed": 0, "discarded": 0, "hints": 0}
+        # barge-ins heard, and those that stopped a turn (the rest came after the turn's end)
+        self.barge_ins = {"heard": 0, "cancelled": 0}
 
     # --- lifecycle -----------------------------------------------------------------------------
     def configure(self) -> TransitionCallbackReturn:
@@ -367,7 +369,9 @@ class LlmNode(BoltLifecycleNode):
         if msg.resumed:
             return  # the utterance in progress goes on: its start was handled already
         if msg.barge_in and self.params.barge_in_cancels:
-            self.cancel_current("barge-in")
+            self.barge_ins["heard"] += 1
+            if self.cancel_current("barge-in"):
+                self.barge_ins["cancelled"] += 1
         elif msg.speaking and self.params.prefill_on_partial:
             # the user started talking: bring the history up to their (empty) message into the
             # cache now, so the transcript only adds its own words
@@ -431,9 +435,9 @@ class LlmNode(BoltLifecycleNode):
         response.success, response.message = True, f"forgot {forgotten} turn(s)"
         return response
 
-    def cancel_current(self, why: str) -> None:
-        if self.scheduler is not None:
-            self.scheduler.cancel(why)
+    def cancel_current(self, why: str) -> str:
+        """Cancel the turn in progress and those queued; the id of the one stopped, or ''."""
+        return self.scheduler.cancel(why) if self.scheduler is not None else ""
 
     def _on_turn_cancelled(self, turn_id: str, why: str) -> None:
         held = self.scheduler.current_sink if self.scheduler is not None else None
@@ -504,6 +508,7 @@ class LlmNode(BoltLifecycleNode):
             # once this is past them (the first answer is then fast)
             "cached_tokens": getattr(getattr(engine, "_llm", None), "n_tokens", 0),
             **{f"preemptive_{k}": v for k, v in self.preemptive.items()},
+            **{f"barge_ins_{k}": v for k, v in self.barge_ins.items()},
         }
 
     def _execute_converse(self, goal_handle) -> Converse.Result:

@@ -320,6 +320,21 @@ class Listener:
             )
         return self.take_events()
 
+    def audio_stopped(self) -> list[ListenerEvent]:
+        """No audio has come for a while (a bag or file ended, the device or its publisher went
+        away) with an utterance open: end it with what was heard, rather than hold the user's
+        words until audio comes back, which may be never. Returns the events (as ``push``)."""
+        seg = self.vad
+        if seg.in_speech:
+            silence_ms = seg.silence_samples * 1000 / SAMPLE_RATE
+            # the silence in progress, if any, ends it where the VAD would have; else the buffer
+            event = seg.end_now() or next(
+                (e for e in seg.flush() if isinstance(e, SpeechEnd)), None
+            )
+            if event is not None:
+                self._final(event, ("audio_stopped", silence_ms))
+        return self.take_events()
+
     def take_events(self) -> list[ListenerEvent]:
         """Events produced since the last call (only without ``emit``)."""
         with self._collected_lock:
@@ -389,8 +404,9 @@ class Listener:
         spec.ended_by, spec.silence_ms = decision.source, silence_ms
         self._final(event)
 
-    def _final(self, event: SpeechEnd) -> None:
-        """The end of speech now; the transcript follows from the runner."""
+    def _final(self, event: SpeechEnd, ended: tuple[str, float] | None = None) -> None:
+        """The end of speech now; the transcript follows from the runner. ``ended``: (why,
+        silence ms) when neither the silence nor the words ended it."""
         self._voice(False, event.end)
         spec, self._speculation = self._speculation, None
         same = spec is not None and (spec.start, spec.end) == (event.start, event.end)
@@ -401,9 +417,9 @@ class Listener:
             start_ns, end_ns = spec.start_ns, spec.end_ns
         else:
             start_ns, end_ns = self.stamp(event.onset), self.stamp(event.end)
-        if reuse and spec.ended_by != "silence":
+        if ended is None and reuse and spec.ended_by != "silence":
             ended = (spec.ended_by, spec.silence_ms)
-        else:
+        elif ended is None:
             ended = ("silence", 0.0 if event.forced else float(self.vad.config.min_silence_ms))
         job = _Job(
             "final", self._utt_id, event.audio, start_ns, end_ns, spec if reuse else None, ended
