@@ -113,6 +113,7 @@ def test_cancel_mid_stream_closes_the_stream_and_the_server_stops(server):
 
     def on_first_token(turn_id: str) -> None:
         ports.append(engine._open._stream._conn.sock.getsockname()[1])  # this stream's port
+        runner.cancel()  # here, not from the test thread: a short answer could end first
         first.set()
 
     sink.on_first_token = on_first_token
@@ -126,7 +127,6 @@ def test_cancel_mid_stream_closes_the_stream_and_the_server_stops(server):
     )
     worker.start()
     assert first.wait(120)
-    runner.cancel()
     worker.join(60)
     assert not worker.is_alive() and out["r"].cancelled
     assert out["r"].completion_tokens < 400

@@ -230,7 +230,10 @@ def test_speculative_final_is_transcribed_before_the_end_of_speech_is_confirmed(
     """With a long `min_silence_ms`, whisper's speculative result for the silence that began is
     published (as a partial over exactly the final's span) before the VAD confirms the end, and
     the final repeats it; with `speculative_final: false` nothing comes before the end."""
-    common = ("audio_source:=topic", "partial_interval_s:=0.0", "min_silence_ms:=1200")
+    common = (  # fixed: the words cannot end the utterance before the 1.2 s silence
+        "audio_source:=topic", "partial_interval_s:=0.0", "end_of_turn:=fixed",
+        "min_silence_ms:=1200",
+    )  # fmt: skip
     spec_proc = start_asr(node_process, unique_ns, *common)
     plain_proc = start_asr_as(
         node_process, unique_ns, "asr_plain", "plain", *common, "speculative_final:=false"

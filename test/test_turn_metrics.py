@@ -103,7 +103,7 @@ def _msg(p: PartialMetrics) -> TurnMetrics:
 def test_metrics_cli_merges_live_traffic(node_process, unique_ns, tmp_path):
     out = tmp_path / "metrics.json"
     cli = node_process("-m", "bolt_agent.cli", "metrics", "--topic",
-                       f"{unique_ns}/bolt/turn_metrics", "--once", "2", "--settle", "0.3",
+                       f"{unique_ns}/bolt/turn_metrics", "--once", "2", "--settle", "2.0",
                        "--json", str(out), name="metrics", env={"COLUMNS": "200"})  # fmt: skip
     with ros_node("metrics_publishers", unique_ns) as (node, executor):
         pub = node.create_publisher(TurnMetrics, "bolt/turn_metrics", RELIABLE)
