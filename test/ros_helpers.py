@@ -28,13 +28,18 @@ from rclpy.node import Node
 
 
 def spin_until(
-    executor: Executor, predicate: Callable[[], bool], timeout: float = 10.0, what: str = ""
+    executor: Executor,
+    predicate: Callable[[], bool],
+    timeout: float = 10.0,
+    what: str | Callable[[], str] = "",
 ) -> None:
-    """Spin `executor` until `predicate()` is true; fail with `what` after `timeout` seconds."""
+    """Spin `executor` until `predicate()` is true; fail with `what` after `timeout` seconds
+    (a callable `what` is read at the failure: logs as they are then, not at the call)."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what or predicate}")
+            text = what() if callable(what) else what
+            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {text or predicate}")
         executor.spin_once(timeout_sec=0.02)
 
 

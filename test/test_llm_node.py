@@ -99,7 +99,7 @@ def test_speech_reaches_subscribers_before_every_tool_goal(node_process, unique_
                 executor,
                 lambda i=i: rec.turn_over(f"teleop-{i}"),
                 60,
-                f"turn {i} to end\n{llm.log()[-2000:]}",
+                lambda i=i: f"turn {i} to end\n{llm.log()[-2000:]}",
             )
         for i in range(1, turns + 1):
             turn = f"teleop-{i}"
@@ -245,15 +245,15 @@ def test_a_partial_transcript_prefills_the_prompt_before_the_final_starts_the_tu
         wait_for_subscriber(executor, asr, timeout=60)
         wait_for_subscriber(executor, vad)
         # start-up: the system prompt and tool declarations are prefilled before any turn
-        spin_until(executor, lambda: "ahead of the startup" in llm.log(), 30, llm.log())
+        spin_until(executor, lambda: "ahead of the startup" in llm.log(), 30, llm.log)
         vad.publish(VoiceActivity(utterance_id="u1", speaking=True))
-        spin_until(executor, lambda: "ahead of the u1 (no text)" in llm.log(), 30, llm.log())
+        spin_until(executor, lambda: "ahead of the u1 (no text)" in llm.log(), 30, llm.log)
         asr.publish(Transcript(utterance_id="u1", text="What can you see", is_final=False))
         partial = "ahead of the partial transcript of u1"
-        spin_until(executor, lambda: partial in llm.log(), 30, f"the prefill\n{llm.log()}")
+        spin_until(executor, lambda: partial in llm.log(), 30, lambda: f"the prefill\n{llm.log()}")
         assert not rec.said  # neither starts a turn
         asr.publish(Transcript(utterance_id="u1", text="What can you see?", is_final=True))
-        spin_until(executor, lambda: rec.turn_over("u1"), 60, f"the turn\n{llm.log()}")
+        spin_until(executor, lambda: rec.turn_over("u1"), 60, lambda: f"the turn\n{llm.log()}")
         # (the turn's log line is written after its end marker is published)
         spin_until(executor, lambda: "turn u1:" in llm.log(), 10, "the turn's log line")
     log = llm.log()
@@ -272,17 +272,17 @@ def test_reset_service_starts_a_new_conversation(node_process, unique_ns):
 
         def call() -> Trigger.Response:
             future = reset.call_async(Trigger.Request())
-            spin_until(executor, future.done, 30, f"llm/reset\n{llm.log()[-2000:]}")
+            spin_until(executor, future.done, 30, lambda: f"llm/reset\n{llm.log()[-2000:]}")
             return future.result()
 
         for i in (1, 2):
             rec.prompt.publish(String(data=f"Hello number {i}."))
-            spin_until(executor, lambda i=i: rec.turn_over(f"teleop-{i}"), 60, llm.log())
+            spin_until(executor, lambda i=i: rec.turn_over(f"teleop-{i}"), 60, lambda: llm.log())
         first = call()
         assert first.success and first.message == "forgot 2 turn(s)", first
         assert call().message == "forgot 0 turn(s)"
         rec.prompt.publish(String(data="Hello again."))
-        spin_until(executor, lambda: rec.turn_over("teleop-3"), 60, llm.log())
+        spin_until(executor, lambda: rec.turn_over("teleop-3"), 60, llm.log)
         assert call().message == "forgot 1 turn(s)"  # only the turn after the reset
     assert "conversation reset" in llm.log() and llm.alive()
 

@@ -162,7 +162,7 @@ def stack(node_process, unique_ns):
             ex,
             lambda: {"asr_node", "llm_node", "tts_node"} <= set(robot.diag),
             120,
-            f"the three nodes on /diagnostics\n{logs()}",
+            lambda: f"the three nodes on /diagnostics\n{logs()}",
         )
         wait_for_subscriber(ex, robot.mic)
         # the start-up prefill (system prompt + examples, ~1,200 tokens) done: a user speaking
@@ -171,7 +171,7 @@ def stack(node_process, unique_ns):
             ex,
             lambda: int(robot.diag.get("llm_node", {}).get("cached_tokens", "0")) > 1000,
             60,
-            f"llm_node's start-up prefill\n{logs()}",
+            lambda: f"llm_node's start-up prefill\n{logs()}",
         )
         yield robot, ex, logs
 
@@ -187,10 +187,10 @@ def test_a_user_who_goes_on_after_a_pause_hears_nothing_of_the_preemptive_answer
     robot.silence(ex, started, at_most=7.0, after=0.3)
     robot.speak(ex, speech("the window, please?"))
     robot.silence(ex, robot.finals, at_most=12.0)
-    spin_until(ex, lambda: robot.finals(), 5, f"the final transcript\n{logs()}")
+    spin_until(ex, lambda: robot.finals(), 5, lambda: f"the final transcript\n{logs()}")
     ((t_final, final),) = robot.finals()
     uid = final.utterance_id
-    spin_until(ex, lambda: robot.turn_ended(uid), 60, f"the real turn\n{logs()}")
+    spin_until(ex, lambda: robot.turn_ended(uid), 60, lambda: f"the real turn\n{logs()}")
     spin_until(ex, lambda: robot.t["goal"], 10, "the real turn's goal")
 
     # one turn: the pause did not split it, and the final holds both halves
@@ -237,10 +237,10 @@ def test_a_finished_request_is_answered_by_the_preemptive_turn_once_confirmed(st
     robot, ex, logs = stack
     robot.speak(ex, speech("Can you nod for me?"))
     robot.silence(ex, robot.finals, at_most=12.0)
-    spin_until(ex, lambda: robot.finals(), 5, f"the final transcript\n{logs()}")
+    spin_until(ex, lambda: robot.finals(), 5, lambda: f"the final transcript\n{logs()}")
     ((t_final, final),) = robot.finals()
     uid = final.utterance_id
-    spin_until(ex, lambda: robot.turn_ended(uid), 60, f"the turn\n{logs()}")
+    spin_until(ex, lambda: robot.turn_ended(uid), 60, lambda: f"the turn\n{logs()}")
     spin_until(ex, lambda: robot.t["audio"] and robot.t["goal"], 20, "audio and the goal")
 
     says = [(t, m) for t, m in robot.t["say"] if m.turn_id == uid]

@@ -54,7 +54,9 @@ def test_llm_node_refuses_over_long_prompts_and_answers_the_next(node_process, u
         assert not rec.spoken("teleop-1")  # the refused prompt never became a turn
 
         rec.prompt.publish(String(data="Hello, who are you?"))
-        spin_until(ex, lambda: rec.turn_over("teleop-2"), 60, f"the next turn\n{proc.log()}")
+        spin_until(
+            ex, lambda: rec.turn_over("teleop-2"), 60, lambda: f"the next turn\n{proc.log()}"
+        )
         assert rec.spoken("teleop-2") and proc.alive()
 
 
@@ -70,7 +72,7 @@ def test_perception_node_refuses_oversized_images_and_keeps_seeing(node_process,
         )
         diag = Diagnostics(node, unique_ns)
         pub = node.create_publisher(Image, f"{unique_ns}/camera/image_raw", qos.SENSOR)
-        spin_until(ex, lambda: pub.get_subscription_count() > 0, 30, proc.log())
+        spin_until(ex, lambda: pub.get_subscription_count() > 0, 30, proc.log)
         rgb = np.ascontiguousarray(astronaut_bgr()[:, :, ::-1])
         assert rgb.shape[0] * rgb.shape[1] > 100000
         big = Image(**to_image_fields(rgb, "rgb8"))
@@ -132,7 +134,9 @@ def test_a_failed_final_transcription_shows_in_turn_metrics(node_process, unique
         def failed() -> list[TurnMetrics]:
             return [m for m in metrics if m.source == "asr" and m.outcome.startswith("failed")]
 
-        spin_until(ex, failed, 60, f"a failed turn in turn_metrics: {metrics}\n{proc.log()}")
+        spin_until(
+            ex, failed, 60, lambda: f"a failed turn in turn_metrics: {metrics}\n{proc.log()}"
+        )
         report = failed()[0]
         assert "final transcription" in report.outcome and "zz" in report.outcome, report
         utterances = {a.utterance_id for a in activity if a.speaking}

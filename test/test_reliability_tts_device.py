@@ -116,7 +116,7 @@ def test_tts_device_vanishing_mid_sentence_is_reported_and_speech_resumes_on_it(
                     for s in statuses[i:]
                 )
 
-            spin_until(ex, lambda: status_after(0, "open on device"), 60, proc.log())
+            spin_until(ex, lambda: status_after(0, "open on device"), 60, proc.log)
             assert status_after(0, f"PulseAudio sink {sink!r}"), statuses
             wait_for_subscriber(ex, say)
 
@@ -132,7 +132,7 @@ def test_tts_device_vanishing_mid_sentence_is_reported_and_speech_resumes_on_it(
 
             # 2. detected and reported: ~/status ERROR and /diagnostics ERROR with the counter
             lost = "audio output lost"
-            spin_until(ex, lambda: status_after(n_status, lost, "ERROR"), 20, proc.log())
+            spin_until(ex, lambda: status_after(n_status, lost, "ERROR"), 20, proc.log)
             detection_s = time.monotonic() - t_unload
             report = next(s for s in statuses[n_status:] if s["level"] == "ERROR")
             assert lost in report["message"] and sink in report["message"], report
@@ -169,7 +169,7 @@ def test_tts_device_vanishing_mid_sentence_is_reported_and_speech_resumes_on_it(
             t_back = time.monotonic()
             after = Recorder(pulse, f"{sink}.monitor", tmp_path / "after.raw")
             recorders.append(after)
-            spin_until(ex, lambda: status_after(n_status, "open on device"), 30, proc.log())
+            spin_until(ex, lambda: status_after(n_status, "open on device"), 30, proc.log)
             reopen_s = time.monotonic() - t_back
             back = "I am back on my own speaker."
             say.publish(SpokenText(turn_id="t3", seq=0, text=back, is_last_in_turn=True))

@@ -84,7 +84,7 @@ def test_node_on_the_server_then_on_the_fallback_when_it_dies(
             return any(m.turn_id == turn and m.is_last_in_turn for _, m in said)
 
         prompt.publish(String(data="Please look around."))
-        spin_until(ex, lambda: over("teleop-1"), 90, f"turn 1\n{llm.log()[-3000:]}")
+        spin_until(ex, lambda: over("teleop-1"), 90, lambda: f"turn 1\n{llm.log()[-3000:]}")
         speech = [t for t, m in said if m.turn_id == "teleop-1" and m.text]
         assert speech and goals and speech[0] < goals[0]  # spoken first, over the network
         _, _, values = diag.wait(
@@ -96,7 +96,7 @@ def test_node_on_the_server_then_on_the_fallback_when_it_dies(
 
         keyed_server.kill()  # the server dies; the robot keeps talking
         prompt.publish(String(data="Please look around again."))
-        spin_until(ex, lambda: over("teleop-2"), 120, f"turn 2\n{llm.log()[-3000:]}")
+        spin_until(ex, lambda: over("teleop-2"), 120, lambda: f"turn 2\n{llm.log()[-3000:]}")
         assert [m for _, m in said if m.turn_id == "teleop-2" and m.text]
         _, _, values = diag.wait(
             ex, "llm_node", lambda lv, msg, v: v.get("remote_fallbacks") == "1", 10, [llm]

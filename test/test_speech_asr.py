@@ -80,7 +80,7 @@ def test_streamed_speech_gives_partials_then_finals_at_true_boundaries(
         status: list[String] = []
         node.create_subscription(String, f"{unique_ns}/asr_node/status", status.append, qos.LATCHED)
         pub = node.create_publisher(AudioChunk, f"{unique_ns}/audio/input", qos.AUDIO)
-        spin_until(ex, lambda: bool(status), 60, f"the ASR node to listen: {proc.log()}")
+        spin_until(ex, lambda: bool(status), 60, lambda: f"the ASR node to listen: {proc.log()}")
         wait_for_subscriber(ex, pub)
 
         pcm = float_to_int16(speech_wav.audio)
@@ -131,7 +131,7 @@ def test_missing_input_device_keeps_node_up_and_reports(node_process, unique_ns,
     with ros_node("asr_probe") as (node, ex):
         status: list[String] = []
         node.create_subscription(String, f"{unique_ns}/asr_node/status", status.append, qos.LATCHED)
-        spin_until(ex, lambda: bool(status), 60, proc.log())
+        spin_until(ex, lambda: bool(status), 60, proc.log)
         report = json.loads(status[-1].data)
         assert report["level"] == "ERROR" and report["node"] == "asr_node"
         assert (
@@ -305,14 +305,16 @@ def test_audio_that_stops_mid_sentence_still_gives_its_final(
         # cut at the last loud sample of the second sentence: no silence after it at all
         publish(float_to_int16(speech_wav.audio[: speech_wav.truth[-1][1]]))
         t_stop = time.monotonic()
-        spin_until(ex, lambda: len(finals()) == 2, 30, f"both finals: {seen['asr']}\n{proc.log()}")
+        spin_until(
+            ex, lambda: len(finals()) == 2, 30, lambda: f"both finals: {seen['asr']}\n{proc.log()}"
+        )
         waited = time.monotonic() - t_stop
         assert 1.0 <= waited < 10.0, waited  # audio_stopped_s, then whisper
         for final, text in zip(finals(), speech_wav.texts, strict=True):
             assert wer(text, final.text) <= 0.2, (text, final.text)
         # (logged after the final is published: wait for it)
-        spin_until(ex, lambda: "no audio for audio_stopped_s" in proc.log(), 10, proc.log())
+        spin_until(ex, lambda: "no audio for audio_stopped_s" in proc.log(), 10, proc.log)
         # audio again: heard as usual
         publish(float_to_int16(speech_wav.audio))
-        spin_until(ex, lambda: len(finals()) == 4, 30, f"two more finals\n{proc.log()}")
+        spin_until(ex, lambda: len(finals()) == 4, 30, lambda: f"two more finals\n{proc.log()}")
     assert proc.alive(), proc.log()

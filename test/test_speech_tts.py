@@ -60,7 +60,7 @@ def test_barge_in_stops_device_playback_within_target(node_process, unique_ns, p
             ex,
             lambda: "open on device" in status_of(status).get("message", ""),
             30,
-            f"the output device to open: {status.items} / {proc.log()}",
+            lambda: f"the output device to open: {status.items} / {proc.log()}",
         )
         wait_for_subscriber(ex, say)
         wait_for_subscriber(ex, barge)
@@ -98,7 +98,9 @@ def test_headless_speak_action_teleop_and_stop(node_process, unique_ns):
         teleop = node.create_publisher(String, f"{unique_ns}/teleop/say", qos.RELIABLE)
         stop = node.create_publisher(String, f"{unique_ns}/tts/stop", qos.RELIABLE)
         client = ActionClient(node, Speak, f"{unique_ns}/tts/speak")
-        spin_until(ex, lambda: client.server_is_ready(), 30, f"the Speak server: {proc.log()}")
+        spin_until(
+            ex, lambda: client.server_is_ready(), 30, lambda: f"the Speak server: {proc.log()}"
+        )
         wait_for_publisher(ex, audio.sub)
 
         def speak(text: str, interrupt: bool = False):
@@ -149,7 +151,7 @@ def test_missing_output_device_keeps_node_up_and_reports(node_process, unique_ns
     with ros_node("tts_probe") as (node, ex):
         status = Inbox(node, String, f"{unique_ns}/tts_node/status", qos.LATCHED)
         state = Inbox(node, TtsState, f"{unique_ns}/tts/state", qos.LATCHED)
-        spin_until(ex, lambda: status_of(status).get("level") == "ERROR", 30, proc.log())
+        spin_until(ex, lambda: status_of(status).get("level") == "ERROR", 30, proc.log)
         message = status_of(status)["message"]
         assert "no_such_device" in message and "available output devices" in message
         assert "default" in message
