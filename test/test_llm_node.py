@@ -6,13 +6,13 @@ import json
 import time
 
 import pytest
-from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.action import ActionClient, ActionServer
 from rclpy.callback_groups import ReentrantCallbackGroup
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
+from test_diagnostics import Diagnostics
 
-from bolt_agent.nodes.qos import DIAGNOSTICS, LATCHED, RELIABLE
+from bolt_agent.nodes.qos import LATCHED, RELIABLE
 from bolt_agent_interfaces.action import Converse, PlayAnimation
 from bolt_agent_interfaces.msg import (
     SpokenText,
@@ -186,14 +186,7 @@ def test_barge_in_cancels_generation_and_stops_speech(node_process, unique_ns):
         rec = Recorder(node)
         vad = node.create_publisher(VoiceActivity, "asr/voice_activity", RELIABLE)
         tts_state = node.create_publisher(TtsState, "tts/state", LATCHED)
-        diag: dict[str, str] = {}
-
-        def on_diag(msg: DiagnosticArray) -> None:
-            for status in msg.status:
-                if status.name == f"{unique_ns}/llm_node":
-                    diag.update({kv.key: kv.value for kv in status.values})
-
-        node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, DIAGNOSTICS)
+        diag = Diagnostics(node, unique_ns)
         wait_for_subscriber(executor, rec.prompt, timeout=60)
         wait_for_subscriber(executor, vad)
         # the barge-in must land while the answer is generated: a story the model ends with
@@ -218,14 +211,15 @@ def test_barge_in_cancels_generation_and_stops_speech(node_process, unique_ns):
                 10,
                 f"turn metrics of {tid}",
             )
-            spin_until(
-                executor, lambda n=n: diag.get("barge_ins_heard") == str(n), 10, f"barge-in {n}"
+            diag.wait(
+                executor, "llm_node", lambda _lv, _m, v, n=n: v.get("barge_ins_heard") == str(n), 10
             )
             if tid in rec.stops and not rec.turn_over(tid):
                 break  # (a stop with an end marker: the barge-in came as the turn ended)
         else:
             pytest.fail("three stories ended before the barge-in that followed their 1st sentence")
-        assert int(diag["barge_ins_cancelled"]) >= 1, diag
+        counts = diag.get("llm_node")[2]
+        assert int(counts["barge_ins_cancelled"]) >= 1, counts
         assert not rec.turn_over(tid)  # a cancelled turn sends no end marker
         said = rec.spoken(tid)[0][1].text
         tts_state.publish(TtsState(turn_id=tid, spoken_text=said, interrupted=True))
@@ -277,7 +271,7 @@ def test_reset_service_starts_a_new_conversation(node_process, unique_ns):
 
         for i in (1, 2):
             rec.prompt.publish(String(data=f"Hello number {i}."))
-            spin_until(executor, lambda i=i: rec.turn_over(f"teleop-{i}"), 60, lambda: llm.log())
+            spin_until(executor, lambda i=i: rec.turn_over(f"teleop-{i}"), 60, llm.log)
         first = call()
         assert first.success and first.message == "forgot 2 turn(s)", first
         assert call().message == "forgot 0 turn(s)"

@@ -6,7 +6,6 @@ dispatched" is tested where a goal would otherwise be sent."""
 
 from __future__ import annotations
 
-import itertools
 import time
 
 import numpy as np
@@ -97,24 +96,33 @@ class Robot:
         goal_handle.succeed()
         return PlayAnimation.Result(success=True, message="played")
 
+    def _send(self, ex, blocks) -> None:
+        """Publish int16 blocks of CHUNK samples paced in real time, as a microphone."""
+        t0 = time.monotonic()
+        for k, block in enumerate(blocks):
+            spin_until(ex, lambda k=k: time.monotonic() - t0 >= k * CHUNK / 16000, 5, "a block")
+            self.mic.publish(AudioChunk(sample_rate=16000, channels=1, samples=block))
+
     def speak(self, ex, audio: np.ndarray) -> None:
-        pcm, t0 = float_to_int16(audio), time.monotonic()
-        for i in range(0, len(pcm), CHUNK):  # paced in real time
-            spin_until(ex, lambda i=i: time.monotonic() - t0 >= i / 16000, 5, "the next block")
-            self.mic.publish(AudioChunk(sample_rate=16000, channels=1, samples=pcm[i : i + CHUNK]))
+        pcm = float_to_int16(audio)
+        self._send(ex, (pcm[i : i + CHUNK] for i in range(0, len(pcm), CHUNK)))
 
     def silence(self, ex, until, at_most: float, after: float = 0.0) -> None:
         """Silent blocks in real time until ``until()`` holds, then ``after`` seconds more (or
         ``at_most`` seconds in all): a pause that lasts as long as the machine needs."""
         block, t0, done_at = np.zeros(CHUNK, np.int16), time.monotonic(), None
-        for i in itertools.count():
-            now = time.monotonic() - t0
-            if done_at is None and until():
-                done_at = now
-            if now >= at_most or (done_at is not None and now >= done_at + after):
-                return
-            spin_until(ex, lambda i=i: time.monotonic() - t0 >= i * CHUNK / 16000, 5, "a block")
-            self.mic.publish(AudioChunk(sample_rate=16000, channels=1, samples=block))
+
+        def blocks():
+            nonlocal done_at
+            while True:
+                now = time.monotonic() - t0
+                if done_at is None and until():
+                    done_at = now
+                if now >= at_most or (done_at is not None and now >= done_at + after):
+                    return
+                yield block
+
+        self._send(ex, blocks())
 
     def finals(self) -> list[tuple[float, Transcript]]:
         return [(t, m) for t, m in self.t["text"] if m.is_final]

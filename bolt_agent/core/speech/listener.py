@@ -328,11 +328,8 @@ class Listener:
         if seg.in_speech:
             silence_ms = seg.silence_samples * 1000 / SAMPLE_RATE
             # the silence in progress, if any, ends it where the VAD would have; else the buffer
-            event = seg.end_now() or next(
-                (e for e in seg.flush() if isinstance(e, SpeechEnd)), None
-            )
-            if event is not None:
-                self._final(event, ("audio_stopped", silence_ms))
+            # (flush: the one SpeechEnd of the open utterance)
+            self._final(seg.end_now() or seg.flush()[0], ("audio_stopped", silence_ms))
         return self.take_events()
 
     def take_events(self) -> list[ListenerEvent]:
