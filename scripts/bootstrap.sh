@@ -115,13 +115,26 @@ PY
 fi
 
 # 5b. The real ROS 2 command-line tools and launch system (`ros2 topic/param/lifecycle/action`,
-#     `ros2 launch`) from ../shared/ros2-cli (upstream sources, installed offline) when that folder
-#     exists; on a ROS machine the system's own tools are used instead.
-R2CLI="$ROOT/../shared/ros2-cli"
-if [[ -f "$R2CLI/install.sh" ]]; then
+#     `ros2 launch`) from shared/ros2-cli (upstream sources, installed offline): $BOLT_ROS2_CLI,
+#     else ../shared/ros2-cli next to this checkout, else next to the repository it was cloned
+#     from (a clone in a temporary folder); on a ROS machine the system's own tools are used.
+#     The tests need them: with neither, the set-up stops and says so.
+R2CLI="${BOLT_ROS2_CLI:-}"
+if [[ -z "$R2CLI" ]]; then
+  origin="$(git -C "$ROOT" config --get remote.origin.url 2>/dev/null || true)"
+  for cand in "$ROOT/../shared/ros2-cli" "${origin:+$origin/../shared/ros2-cli}"; do
+    if [[ -n "$cand" && -f "$cand/install.sh" ]]; then R2CLI="$cand"; break; fi
+  done
+fi
+if [[ -z "$R2CLI" ]] && ! command -v ros2 >/dev/null && [[ ! -x "$VENV/bin/ros2" ]]; then
+  log "no ros2 CLI: set BOLT_ROS2_CLI to a shared/ros2-cli folder (or source a ROS 2 install)"
+  exit 1
+fi
+if [[ -n "$R2CLI" ]]; then
+  [[ -f "$R2CLI/install.sh" ]] || { log "BOLT_ROS2_CLI=$R2CLI has no install.sh"; exit 1; }
   r2_hash="$(hash_of "$R2CLI/install.sh" "$R2CLI/README.md")"
   if ! stamp_ok ros2cli "$r2_hash" || [[ ! -x "$VENV/bin/ros2" ]]; then
-    log "installing the ros2 CLI and launch from ../shared/ros2-cli (~40 s)"
+    log "installing the ros2 CLI and launch from $R2CLI (~40 s)"
     ( export VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH" AMENT_PREFIX_PATH="$VENV"
       bash "$R2CLI/install.sh" ) >"$ROOT/build/ros2-cli.log" 2>&1 \
       || { tail -40 "$ROOT/build/ros2-cli.log"; log "ros2-cli install failed (build/ros2-cli.log)"; exit 1; }
