@@ -33,6 +33,7 @@ def test_configure_activate_deactivate_reactivate_cleanup():
             assert node.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
             paused = node.submit("t2", "hello")
             assert "not active" in str(paused.exception(timeout=5))
+            assert node.failures("not_active") == 2  # t0 and t2: refused, counted, logged
             assert node.engine is engine  # paused, not unloaded
             assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
             assert node.submit("t3", "again").result(timeout=60).steps == 1

@@ -26,6 +26,7 @@ import subprocess
 import time
 import uuid
 import warnings
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,6 +121,11 @@ def test_readme_teleop_block_is_what_these_tests_run():
     assert len(lines) == len(TELEOP_LINES)
 
 
+def llm_lines(log: str, n: int = 40) -> str:
+    """The last ``n`` lines llm_node wrote into a launch log."""
+    return "\n".join([line for line in log.splitlines() if "llm_node" in line][-n:])
+
+
 # --- the stack ---------------------------------------------------------------------------------
 def expected_nodes(args: dict[str, str]) -> tuple[set[str], set[str]]:
     """(every node, the lifecycle ones), fully qualified, that the launch arguments start."""
@@ -171,8 +177,13 @@ class Probe:
         ids |= {m.turn_id for m in self.metrics if m.source == "llm"}
         return {i for i in ids if i.startswith("teleop-")}
 
-    def new_turn(self, before: set[str], timeout: float) -> str:
-        wait_until(lambda: self.teleop_turns() - before, timeout, "a new teleop turn")
+    def new_turn(self, before: set[str], timeout: float, log: Callable[[], str] = str) -> str:
+        """The first teleop turn not in ``before``; ``log`` (the launch's) goes into a failure."""
+        wait_until(
+            lambda: self.teleop_turns() - before,
+            timeout,
+            lambda: f"a new teleop turn; llm_node's last lines:\n{llm_lines(log())}",
+        )
         return sorted(self.teleop_turns() - before, key=lambda i: int(i.split("-")[1]))[0]
 
     def tool_event(self, turn_id: str, timeout: float) -> dict:
@@ -258,7 +269,7 @@ def test_readme_override_is_latched_and_holds_llm_motion(operator):
     assert not probe.send_goal("happy_nod", "llm").accepted
     # llm_node got the override too: its motion tool is refused before any goal is sent
     run_readme("prompt")
-    turn = probe.new_turn(before, 120)
+    turn = probe.new_turn(before, 120, operator.launch.log)
     event = probe.tool_event(turn, 120)
     assert not event["ok"] and event["error"] == HELD, event
     run_readme("override_off")
@@ -322,7 +333,7 @@ def test_readme_prompt_is_answered_with_speech(operator):
     probe = operator.probe
     before = probe.teleop_turns()
     run_readme("prompt")
-    turn = probe.new_turn(before, 120)
+    turn = probe.new_turn(before, 120, operator.launch.log)
     wait_until(
         lambda: any(m.turn_id == turn and m.text for m in probe.said),
         120,
@@ -338,8 +349,12 @@ def test_readme_mute_holds_speech_and_tools(operator):
     before = probe.teleop_turns()
     since_events = len(probe.events)
     run_readme("prompt")
-    turn = probe.new_turn(before, 120)
-    wait_until(lambda: probe.turn_finished(turn), 180, f"{turn} to finish while muted")
+    turn = probe.new_turn(before, 120, operator.launch.log)
+    wait_until(
+        lambda: probe.turn_finished(turn),
+        180,
+        lambda: f"{turn} to finish while muted:\n{llm_lines(operator.launch.log())}",
+    )
     assert [m for m in probe.said if m.turn_id == turn] == []
     assert [e for e in probe.tool_events if e["turn_id"] == turn] == []
     llm_goals = [
@@ -451,6 +466,14 @@ def test_lifecycle_pause_resume_and_a_prompt_answered_on_speech_say(ns_stack):
     )
     assert "Goal finished with status: ABORTED" in converse.stdout, converse.stdout
     assert "not active" in converse.stdout
+    # refused aloud, not dropped: llm_node logs it (and counts it in /diagnostics)
+    wait_until(
+        lambda: re.search(
+            r"turn converse-\w+ refused: llm_node is not active", ns_stack.launch.log()
+        ),
+        10,
+        "llm_node's log of the refused goal",
+    )
     assert lifecycle("set", node, "activate") == "Transitioning successful"
     assert lifecycle("get", node) == "active [3]"
     # resumed: a prompt from `ros2 topic pub` is answered on speech/say (`ros2 topic echo`)

@@ -356,9 +356,13 @@ class LlmNode(BoltLifecycleNode):
         )
 
     def _on_teleop_prompt(self, msg: String) -> None:
-        if msg.data.strip():
-            self._discard_held("teleop/prompt")
-            self.submit(f"teleop-{next(self._teleop_ids)}", msg.data)
+        if not msg.data.strip():
+            self.get_logger().warning("teleop/prompt: empty text ignored")
+            return
+        self._discard_held("teleop/prompt")
+        turn_id = f"teleop-{next(self._teleop_ids)}"
+        self.get_logger().info(f"teleop/prompt: turn {turn_id} ({len(msg.data)} chars)")
+        self.submit(turn_id, msg.data)
 
     def _on_scene(self, msg: SceneDescription) -> None:
         self._scene = msg.summary or None
@@ -382,20 +386,31 @@ class LlmNode(BoltLifecycleNode):
             self.scheduler.interrupted(msg.turn_id, msg.spoken_text)
 
     def _on_mute(self, msg: Bool) -> None:
-        self._muted = bool(msg.data)
+        muted = bool(msg.data)
+        if muted != self._muted:  # (it comes twice: latched and volatile subscriptions)
+            self.get_logger().info(f"teleop mute {'ON: speech and tools held' if muted else 'off'}")
+        self._muted = muted
         if self._muted:
             self._discard_held("teleop mute")
             self.cancel_current("teleop mute")
 
     def _on_override(self, msg: Bool) -> None:
-        self.tools.motion_held = bool(msg.data)
+        held = bool(msg.data)
+        if held != self.tools.motion_held:
+            self.get_logger().info(f"teleop override {'ON: motion tools held' if held else 'off'}")
+        self.tools.motion_held = held
 
     # --- turns ---------------------------------------------------------------------------------
     def submit(
         self, turn_id: str, text: str, knobs: Knobs | None = None, sink: _Sink | None = None
     ) -> Future:
-        """Queue a turn; a new utterance cancels the one in progress (barge-in semantics)."""
-        if self.scheduler is None:
+        """Queue a turn; a new utterance cancels the one in progress (barge-in semantics). A
+        turn the node cannot take (not active, too long) is refused: logged, counted, and the
+        future holds the reason."""
+        if self.scheduler is None or not self.scheduler.active:
+            why = f"turn {turn_id} refused: llm_node is not active"
+            self.get_logger().warning(why)
+            self.record_failure("not_active", why, log=False)
             done: Future = Future()
             done.set_exception(NotActiveError("llm_node is not active"))
             return done
