@@ -257,6 +257,31 @@ def operator(tmp_path_factory):
         yield stack
 
 
+def readme_prompt_turn(stack: Stack, before: set[str]) -> str:
+    """Run the README's prompt line; the id of the teleop turn llm_node starts for it.
+
+    llm_node logs each prompt it takes. When none is logged within 30 s the message never
+    reached it: a reliable sample from a writer that lives 0.1 s after publishing cannot be
+    repaired if its one packet is lost (seen once in CI, never here). The line is then run once
+    more, with a warning: what is tested is what the node does with the prompt."""
+    received = "teleop/prompt: turn teleop-"
+    seen = stack.launch.log().count(received)
+
+    def arrived() -> bool:
+        return stack.launch.log().count(received) > seen
+
+    run_readme("prompt")
+    try:
+        wait_until(arrived, 30, "llm_node to log the prompt")
+    except AssertionError:
+        warnings.warn("the README prompt never reached llm_node: sent again", stacklevel=2)
+        run_readme("prompt")
+        wait_until(
+            arrived, 30, lambda: f"llm_node to log the prompt\n{llm_lines(stack.launch.log())}"
+        )
+    return stack.probe.new_turn(before, 120, stack.launch.log)
+
+
 # --- README teleop lines, root namespace -------------------------------------------------------
 def test_readme_override_is_latched_and_holds_llm_motion(operator):
     probe = operator.probe
@@ -268,8 +293,7 @@ def test_readme_override_is_latched_and_holds_llm_motion(operator):
     # animation_node refuses llm goals
     assert not probe.send_goal("happy_nod", "llm").accepted
     # llm_node got the override too: its motion tool is refused before any goal is sent
-    run_readme("prompt")
-    turn = probe.new_turn(before, 120, operator.launch.log)
+    turn = readme_prompt_turn(operator, before)
     event = probe.tool_event(turn, 120)
     assert not event["ok"] and event["error"] == HELD, event
     run_readme("override_off")
@@ -331,9 +355,7 @@ def test_readme_say_is_spoken(operator):
 
 def test_readme_prompt_is_answered_with_speech(operator):
     probe = operator.probe
-    before = probe.teleop_turns()
-    run_readme("prompt")
-    turn = probe.new_turn(before, 120, operator.launch.log)
+    turn = readme_prompt_turn(operator, probe.teleop_turns())
     wait_until(
         lambda: any(m.turn_id == turn and m.text for m in probe.said),
         120,
@@ -348,8 +370,7 @@ def test_readme_mute_holds_speech_and_tools(operator):
     run_readme("mute")
     before = probe.teleop_turns()
     since_events = len(probe.events)
-    run_readme("prompt")
-    turn = probe.new_turn(before, 120, operator.launch.log)
+    turn = readme_prompt_turn(operator, before)
     wait_until(
         lambda: probe.turn_finished(turn),
         180,
