@@ -8,7 +8,7 @@ import time
 import pytest
 from rclpy.action import ActionClient, ActionServer
 from rclpy.callback_groups import ReentrantCallbackGroup
-from std_msgs.msg import String
+from std_msgs.msg import Bool, String
 from std_srvs.srv import Trigger
 from test_diagnostics import Diagnostics
 
@@ -226,6 +226,59 @@ def test_barge_in_cancels_generation_and_stops_speech(node_process, unique_ns):
         # the node keeps working after the interruption
         rec.prompt.publish(String(data="Are you still there?"))
         spin_until(executor, lambda: rec.turn_over(f"teleop-{n + 1}"), 60, "next turn")
+
+
+def test_mute_cancels_the_turn_in_progress_and_its_repeats_cancel_nothing(node_process, unique_ns):
+    """``teleop/mute`` true stops the turn being spoken (tts/stop, no end marker, metrics
+    "cancelled"); a turn asked while muted runs unheard; mute true again (a latched publisher
+    reaches both of llm_node's mute subscriptions, so every value comes twice) cancels nothing."""
+    llm = start_llm(
+        node_process,
+        unique_ns,
+        tool_choice="none",
+        max_speech_chars="400",
+        max_new_tokens="200",
+        max_steps="1",
+        model_sampling="false",  # as in the barge-in test: a story that outlasts a sentence
+    )
+    with ros_node("muter", unique_ns) as (node, executor):
+        rec = Recorder(node)
+        mute = node.create_publisher(Bool, "teleop/mute", LATCHED)
+        wait_for_subscriber(executor, rec.prompt, timeout=60)
+        wait_for_subscriber(executor, mute)
+
+        def logged(line: str, times: int = 1) -> None:
+            spin_until(executor, lambda: llm.log().count(line) >= times, 10, f"log: {line!r}")
+
+        def outcome(turn: str) -> str:
+            spin_until(
+                executor, lambda: any(m.turn_id == turn for m in rec.metrics), 60, f"{turn} metrics"
+            )
+            return next(m.outcome for m in rec.metrics if m.turn_id == turn)
+
+        # the turn in progress: cancelled at the mute, speech stopped
+        for n in range(1, 4):
+            tid = f"teleop-{n}"
+            rec.prompt.publish(String(data="Tell me a very long story about the sea."))
+            spin_until(executor, lambda t=tid: rec.spoken(t), 60, f"first sentence of {tid}")
+            mute.publish(Bool(data=True))
+            logged("teleop mute ON", n)
+            if outcome(tid) == "cancelled":
+                break
+            mute.publish(Bool(data=False))  # the story ended before the mute: again
+            logged("teleop mute off", n)
+        else:
+            pytest.fail("three stories ended before the mute that followed their 1st sentence")
+        assert tid in rec.stops and not rec.turn_over(tid), (rec.stops, llm.log()[-3000:])
+        # muted: the next turn runs unheard, and a repeated mute does not cancel it
+        muted_turn = f"teleop-{n + 1}"
+        rec.prompt.publish(String(data="Tell me a very long story about the sea."))
+        logged(f"teleop/prompt: turn {muted_turn}")
+        mute.publish(Bool(data=True))
+        assert outcome(muted_turn) == "ok"
+        assert rec.spoken(muted_turn) == [] and muted_turn not in rec.stops
+        assert llm.log().count("teleop mute ON") == n  # one per change, not per copy
+    assert llm.alive()
 
 
 def test_a_partial_transcript_prefills_the_prompt_before_the_final_starts_the_turn(

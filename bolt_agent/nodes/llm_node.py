@@ -386,11 +386,14 @@ class LlmNode(BoltLifecycleNode):
             self.scheduler.interrupted(msg.turn_id, msg.spoken_text)
 
     def _on_mute(self, msg: Bool) -> None:
+        """Acts on a change only: each value comes twice (latched and volatile subscriptions),
+        and a second copy must not cancel a turn started since the first."""
         muted = bool(msg.data)
-        if muted != self._muted:  # (it comes twice: latched and volatile subscriptions)
-            self.get_logger().info(f"teleop mute {'ON: speech and tools held' if muted else 'off'}")
+        if muted == self._muted:
+            return
+        self.get_logger().info(f"teleop mute {'ON: speech and tools held' if muted else 'off'}")
         self._muted = muted
-        if self._muted:
+        if muted:
             self._discard_held("teleop mute")
             self.cancel_current("teleop mute")
 
