@@ -9,6 +9,7 @@ import os
 import pkgutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,28 @@ def test_spoken_text_crosses_processes(node_process, unique_ns):
     assert got[-1].is_last_in_turn and got[0].text == "sentence 0"
 
 
+def send_goal(executor, client: ActionClient, goal, feedback: list[str]):
+    """Send the first goal to a server just discovered. ``server_is_ready`` says this client
+    matched the server, not that the server matched this client's response reader: a response
+    sent before that is lost (seen once in a full run on 2 busy cores). No answer in 10 s: the
+    goal is sent once more, with a warning; the server is what is tested, not discovery."""
+    attempt = [1]  # the feedback of the goal in use only (the lost one may still run)
+
+    def feedback_of(n: int):
+        return lambda f: feedback.append(f.feedback.status) if attempt[0] == n else None
+
+    send = client.send_goal_async(goal, feedback_of(1))
+    try:
+        spin_until(executor, send.done, 10, "goal response")
+    except AssertionError:
+        warnings.warn("no response to the first goal: sent again", stacklevel=2)
+        attempt[0] = 2
+        feedback.clear()
+        send = client.send_goal_async(goal, feedback_of(2))
+        spin_until(executor, send.done, 10, "goal response (second try)")
+    return send
+
+
 def test_execute_tool_goal_feedback_result_and_cancel(node_process, unique_ns):
     node_process(
         str(PROCS / "slow_tool_server.py"),
@@ -63,8 +86,7 @@ def test_execute_tool_goal_feedback_result_and_cancel(node_process, unique_ns):
 
         feedback: list[str] = []
         goal = ExecuteTool.Goal(tool_name="check_shop_inventory", arguments_json='{"a": 1}')
-        send = client.send_goal_async(goal, lambda f: feedback.append(f.feedback.status))
-        spin_until(executor, send.done, 10, "goal response")
+        send = send_goal(executor, client, goal, feedback)
         result = send.result().get_result_async()
         spin_until(executor, result.done, 20, "result")
         assert result.result().result.success

@@ -32,6 +32,17 @@ BASE_PARAMS = {
 }
 
 
+#: a long spoken answer, to be interrupted after its first sentence. Sampled (seed 11): greedy
+#: ends the story with its first sentence
+STORY = {
+    "tool_choice": "none",
+    "max_speech_chars": "400",
+    "max_new_tokens": "200",
+    "max_steps": "1",
+    "model_sampling": "false",
+}
+
+
 def start_llm(node_process, ns: str, **params):
     args = ["-m", "bolt_agent.nodes.llm_node", "--ros-args", "-r", f"__ns:={ns}"]
     for key, value in {**BASE_PARAMS, **params}.items():
@@ -172,16 +183,7 @@ def test_dead_action_server_becomes_a_tool_error_and_the_turn_goes_on(node_proce
 
 
 def test_barge_in_cancels_generation_and_stops_speech(node_process, unique_ns):
-    start_llm(
-        node_process,
-        unique_ns,
-        tool_choice="none",
-        max_speech_chars="400",
-        max_new_tokens="200",
-        max_steps="1",
-        model_sampling="false",  # sampled (seed 11): greedy ends the story with its 1st sentence
-        diagnostics_period_s="0.3",
-    )
+    start_llm(node_process, unique_ns, **STORY, diagnostics_period_s="0.3")
     with ros_node("barger", unique_ns) as (node, executor):
         rec = Recorder(node)
         vad = node.create_publisher(VoiceActivity, "asr/voice_activity", RELIABLE)
@@ -232,15 +234,7 @@ def test_mute_cancels_the_turn_in_progress_and_its_repeats_cancel_nothing(node_p
     """``teleop/mute`` true stops the turn being spoken (tts/stop, no end marker, metrics
     "cancelled"); a turn asked while muted runs unheard; mute true again (a latched publisher
     reaches both of llm_node's mute subscriptions, so every value comes twice) cancels nothing."""
-    llm = start_llm(
-        node_process,
-        unique_ns,
-        tool_choice="none",
-        max_speech_chars="400",
-        max_new_tokens="200",
-        max_steps="1",
-        model_sampling="false",  # as in the barge-in test: a story that outlasts a sentence
-    )
+    llm = start_llm(node_process, unique_ns, **STORY)
     with ros_node("muter", unique_ns) as (node, executor):
         rec = Recorder(node)
         mute = node.create_publisher(Bool, "teleop/mute", LATCHED)
