@@ -275,6 +275,38 @@ def test_the_nearest_example_comes_right_before_the_user_turn_and_is_never_histo
     assert after[-1 - len(wave) : -1] == wave and wave != shown
 
 
+def test_a_short_nearest_example_is_request_reply_and_calls_only(reachy):
+    """few_shot_nearest_short: the copy right before the request shows what to say and call,
+    without the tool results and closing words the static examples keep."""
+    ask = "Could you peek around the whole room?"
+    dialogue = Dialogue(reachy.persona, reachy.example_messages(), reachy.nearest(1, short=True))
+    dialogue.begin_turn("t1", ask)
+    messages = dialogue.messages()
+    full = reachy.nearest_examples(ask, 1)[0].messages()
+    assert len(full) == 3 and "tool_responses" in full[1]  # request, reply + call + result, then
+    short = messages[-3:-1]
+    assert short == [
+        {"role": "user", "content": "Could you look around the room?"},
+        {
+            "role": "assistant",
+            "content": "Sure, I will scan the room.",
+            "tool_calls": [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "trigger_reachy_animation",
+                        "arguments": {"animation_name": "scan_room"},
+                    },
+                }
+            ],
+        },
+    ]
+    assert messages[-1] == {"role": "user", "content": ask}
+    # an example without calls is never a nearest one; its messages are the same either way
+    greeting = reachy.examples[0]
+    assert not greeting.calls and greeting.messages(short=True) == greeting.messages()
+
+
 def test_nearest_examples_are_lexical_and_closest_last(reachy):
     two = reachy.nearest_examples("Nodding would mean yes, right?", 2)
     assert len(two) == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -66,3 +67,38 @@ def test_piper_gives_the_arena_back_only_after_long_sentences():
     assert session.shrink is True
     assert re.match(r"\w+", session.get_inputs()[0].name)  # the wrapper passes attributes on
     tts.close()
+
+
+RELEASE = r"""
+import json
+from bolt_agent.benchmarks.stack_host import rss_mb
+from bolt_agent.core.memory import release_free_memory
+from bolt_agent.core.models import resolve_model
+from bolt_agent.core.speech.tts_engine import PiperEngine
+
+tts = PiperEngine(resolve_model("", kind="tts"), cpu_threads=1)  # shrink above 60 characters
+tts.load()
+for text in ("Yes,", "I can see a bright and cosy room.", "I want a long sword and a shield."):
+    tts.synthesize_sentence(text)  # each under 60 characters: the arena keeps its peak
+release_free_memory()
+kept = rss_mb()["RssAnon"]
+tts.release_memory()
+release_free_memory()
+released = rss_mb()["RssAnon"]
+tts.release_memory()
+again = rss_mb()["RssAnon"]
+samples = len(tts.synthesize_sentence("Still speaking."))
+print(json.dumps({"kept": kept, "released": released, "again": again, "samples": samples}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc RSS")
+def test_piper_release_memory_gives_the_kept_arena_back():
+    """tts_node calls release_memory once a turn is spoken: the arena's peak of the turn's
+    short sentences (kept for speed while speaking) goes back between turns."""
+    out = subprocess.run([sys.executable, "-c", RELEASE], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    mib = json.loads(out.stdout.strip().splitlines()[-1])
+    assert mib["kept"] - mib["released"] >= 30, mib  # measured ≈ 80 MiB
+    assert abs(mib["again"] - mib["released"]) < 10, mib  # nothing more to give: no growth
+    assert mib["samples"] > 0  # the voice still speaks after its arena shrank

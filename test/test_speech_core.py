@@ -158,6 +158,9 @@ def test_first_clause_goes_out_early_only_once():
         "Hmm, I see a cup, and 1,000 things.",
     ]
     assert split("Sure: the antenna wave. Done.", 4) == ["Sure:", "the antenna wave.", "Done."]
+    # the embedded voice stack's 3: the base model's usual opener "Yes," goes out alone
+    assert split("Yes, here is a happy nod.", 3) == ["Yes,", "here is a happy nod."]
+    assert split("Yes, here is a happy nod.", 4) == ["Yes, here is a happy nod."]
 
 
 def test_vad_start_padding_keeps_audio_before_the_onset():

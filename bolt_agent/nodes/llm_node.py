@@ -145,7 +145,9 @@ class LlmNode(BoltLifecycleNode):
         self.profile = profile
         few_shot = {"on": True, "off": False}.get(p.few_shot, constrained)
         examples = profile.example_messages() if few_shot else []
-        nearest = profile.nearest(p.few_shot_nearest) if few_shot else None
+        nearest = (
+            profile.nearest(p.few_shot_nearest, p.few_shot_nearest_short) if few_shot else None
+        )
         dialogue = Dialogue(profile.persona, examples, nearest)
         self.runner = TurnRunner(self.engine, dialogue, profile.registry, config)
         if hasattr(self.engine, "watch_cancel"):  # a cancel closes the remote stream at once

@@ -150,11 +150,17 @@ class LlmParams:
     few_shot_nearest: int = param(
         1,
         "with few_shot: the N profile examples most like the request, rendered right before it "
-        "(retrieval few-shot, not stored in the history; 0 = off; each costs ~110 tokens of "
-        "prefill per turn)",
+        "(retrieval few-shot, not stored in the history; 0 = off; each costs ~60 tokens of "
+        "prefill per turn, ~100 in full)",
         load_time=True,
         low=0,
         high=8,
+    )
+    few_shot_nearest_short: bool = param(
+        True,
+        "the nearest examples as request, reply and calls only (no tool results, no closing "
+        "words): ~60 instead of ~100 tokens prefilled after the user's words are known",
+        load_time=True,
     )
     max_steps: int = param(
         3, "model steps per turn (tool results → continuation)", load_time=True, low=1

@@ -143,7 +143,9 @@ class TtsParams:
         high=3600.0,
     )
     release_memory_after_turn: bool = param(
-        True, "malloc_trim once a turn is spoken (gives Piper's peak working memory back)"
+        True,
+        "once a turn is spoken: shrink Piper's onnxruntime arena (one word's synthesis) and "
+        "malloc_trim (the turn's peak working memory goes back)",
     )
     max_text_chars: int = param(
         2000,
@@ -352,7 +354,18 @@ class TtsNode(BoltLifecycleNode):
     def _track_loop(self, done_q: queue.Queue[Sentence | None]) -> None:
         while (item := done_q.get()) is not None:
             if self._speaker.played(item) and self.params.release_memory_after_turn:
-                release_free_memory()  # after the turn: Piper's working memory goes back
+                self._release_memory()
+
+    def _release_memory(self) -> None:
+        """After a turn: Piper's arena growth, then the heap's free pages, go back. A failure
+        is logged and counted, never ends the tracking thread."""
+        engine = self._engine
+        try:
+            if engine is not None:
+                engine.release_memory()
+        except Exception as exc:
+            self.record_failure("release_memory", f"releasing Piper's memory failed: {exc!r}")
+        release_free_memory()
 
     # --- inputs ------------------------------------------------------------------------------
     def _refused(self, source: str, text: str) -> bool:

@@ -31,16 +31,19 @@ class Example:
     calls: tuple[dict[str, Any], ...] = ()
     then: str = ""
 
-    def messages(self) -> list[dict[str, Any]]:
-        """The exchange as history messages (the same shape the turn runner stores)."""
+    def messages(self, short: bool = False) -> list[dict[str, Any]]:
+        """The exchange as history messages (the same shape the turn runner stores).
+        ``short``: the request, the reply and its calls only (no results, no closing words):
+        all a copy right before the request needs to show, at ~60 % of the tokens."""
         first = Step(content=self.say)
         for call in self.calls:
             first.tool_calls.append({"name": call["name"], "arguments": call["arguments"]})
-            first.tool_responses.append(
-                {"name": call["name"], "response": call.get("result", DEFAULT_RESULT)}
-            )
+            if not short:
+                first.tool_responses.append(
+                    {"name": call["name"], "response": call.get("result", DEFAULT_RESULT)}
+                )
         out = [{"role": "user", "content": self.user}, first.message()]
-        if self.calls and self.then:
+        if self.calls and self.then and not short:
             out.append(Step(content=self.then).message())
         return out
 
@@ -89,11 +92,12 @@ class Profile:
         best = sorted(scored, key=lambda t: (t[0], t[1]), reverse=True)[:n]
         return [ex for _, _, ex in reversed(best)]
 
-    def nearest(self, n: int) -> Callable[[str], list[dict[str, Any]]] | None:
-        """For ``Dialogue(nearest=…)``: the nearest examples as messages (None when n is 0)."""
+    def nearest(self, n: int, short: bool = False) -> Callable[[str], list[dict[str, Any]]] | None:
+        """For ``Dialogue(nearest=…)``: the nearest examples as messages (None when n is 0);
+        ``short``: each as ``Example.messages(short=True)``."""
         if n <= 0 or not self.examples:
             return None
-        return lambda text: [m for ex in self.nearest_examples(text, n) for m in ex.messages()]
+        return lambda text: [m for ex in self.nearest_examples(text, n) for m in ex.messages(short)]
 
 
 #: words that say nothing about which example fits ("my" and "me" stay: who owns the item
