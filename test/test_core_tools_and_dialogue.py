@@ -7,7 +7,7 @@ import yaml
 
 from bolt_agent.core.llm.chat_template import ChatTemplate, Knobs
 from bolt_agent.core.llm.dialogue import INTERRUPTED_MARKER, Dialogue, Step
-from bolt_agent.core.llm.profile import _shared_values, load_profile
+from bolt_agent.core.llm.profile import _shared_values, _tool_words, load_profile
 from bolt_agent.core.llm.tool_grammar import build_grammar
 from bolt_agent.core.paths import config_dir
 from bolt_agent.core.tools.registry import ToolConfigError, ToolRegistry
@@ -313,6 +313,26 @@ def test_nearest_examples_are_lexical_and_closest_last(reachy):
     assert two[-1].calls[0]["arguments"]["animation_name"] == "happy_nod"
     assert reachy.nearest_examples("zzz qqq", 2) == []  # no shared word: nothing is added
     assert reachy.nearest_examples("Nod.", 0) == [] and reachy.nearest(0) is None
+
+
+def test_a_nearest_example_must_share_more_than_a_general_word(reachy):
+    """Chit-chat shares "your", "like" or "me" with some example; that example would prime a
+    call and cost its prefill. A strong overlap or a word naming what a tool does is needed."""
+    for chat in (
+        "What is your favourite colour?",  # "your" (in "Say bye with your antennas.")
+        "What do you like to do for fun?",  # "like" (in "Do you like music? ...")
+        "Tell me something about robots.",  # "me"
+        "Hello there! What is your name?",  # "hello" (in "Wave hello to my friend!")
+    ):
+        assert reachy.nearest_examples(chat, 1) == [], chat
+    # one tool word is enough ("wave" names wave_antenna), as are two specific words
+    wave = reachy.nearest_examples("Wave goodbye to grandma.", 1)
+    assert wave[0].calls[0]["arguments"]["animation_name"] == "wave_antenna"
+    look = reachy.nearest_examples("Take a look around you.", 1)
+    assert look[0].calls[0]["arguments"]["animation_name"] == "scan_room"
+    assert "look" not in _tool_words(reachy.registry)  # found by its overlap alone
+    # few_shot_nearest_min_score 0: any shared word, as before
+    assert reachy.nearest_examples("What is your favourite colour?", 1, min_score=0) != []
 
 
 def test_an_item_several_tools_take_is_a_slot_and_brings_no_nearest_example():

@@ -27,9 +27,10 @@ from typing import Any
 from bolt_agent.benchmarks.voice_loop import PAUSE_UTTERANCES, UTTERANCES
 
 DEFAULT_VARIANTS = (
-    "before:few_shot_nearest_short=0,first_clause_chars=4",
-    "short_nearest:few_shot_nearest_short=1,first_clause_chars=4",
-    "now:few_shot_nearest_short=1,first_clause_chars=3",
+    "before:few_shot_nearest_short=0,few_shot_nearest_min_score=0,first_clause_chars=4",
+    "short_nearest:few_shot_nearest_short=1,few_shot_nearest_min_score=0,first_clause_chars=4",
+    "relevant_nearest:few_shot_nearest_short=1,few_shot_nearest_min_score=3,first_clause_chars=4",
+    "now:few_shot_nearest_short=1,few_shot_nearest_min_score=3,first_clause_chars=3",
 )
 
 
@@ -124,7 +125,9 @@ def build(variant: Variant) -> None:
     dialogue = Dialogue(
         profile.persona,
         profile.example_messages() if few_shot else [],
-        profile.nearest(p.few_shot_nearest, p.few_shot_nearest_short) if few_shot else None,
+        profile.nearest(p.few_shot_nearest, p.few_shot_nearest_short, p.few_shot_nearest_min_score)
+        if few_shot
+        else None,
     )
     config = RunnerConfig(
         sampling=SamplingParams(**sampling, seed=p.seed),

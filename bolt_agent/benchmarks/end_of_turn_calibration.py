@@ -129,7 +129,11 @@ def run(profile_name: str, log=print, with_nearest: bool = False) -> dict[str, A
     dialogue = Dialogue(
         profile.persona,
         profile.example_messages() if few_shot else [],
-        profile.nearest(lp.few_shot_nearest, lp.few_shot_nearest_short) if few_shot else None,
+        profile.nearest(
+            lp.few_shot_nearest, lp.few_shot_nearest_short, lp.few_shot_nearest_min_score
+        )
+        if few_shot
+        else None,
     )
     runner = TurnRunner(engine, dialogue, profile.registry, RunnerConfig(constrained=constrained))
     asr = FasterWhisperEngine(

@@ -146,7 +146,11 @@ class LlmNode(BoltLifecycleNode):
         few_shot = {"on": True, "off": False}.get(p.few_shot, constrained)
         examples = profile.example_messages() if few_shot else []
         nearest = (
-            profile.nearest(p.few_shot_nearest, p.few_shot_nearest_short) if few_shot else None
+            profile.nearest(
+                p.few_shot_nearest, p.few_shot_nearest_short, p.few_shot_nearest_min_score
+            )
+            if few_shot
+            else None
         )
         dialogue = Dialogue(profile.persona, examples, nearest)
         self.runner = TurnRunner(self.engine, dialogue, profile.registry, config)

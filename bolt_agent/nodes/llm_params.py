@@ -156,6 +156,15 @@ class LlmParams:
         low=0,
         high=8,
     )
+    few_shot_nearest_min_score: float = param(
+        3.0,
+        "an example is near enough when its IDF-weighted word overlap with the request reaches "
+        "this, or a shared word names a tool or an enum value ('wave'); 0 = any shared word "
+        "(chit-chat then gets an example for sharing 'your' or 'like')",
+        load_time=True,
+        low=0.0,
+        high=100.0,
+    )
     few_shot_nearest_short: bool = param(
         True,
         "the nearest examples as request, reply and calls only (no tool results, no closing "

@@ -21,6 +21,11 @@ from bolt_agent.core.tools.registry import ToolRegistry
 DEFAULT_RESULT: dict[str, Any] = {"status": "done"}
 
 
+#: IDF-weighted overlap at which an example is near enough without sharing a tool word: two
+#: specific words ("look around": 4.4) pass, one general word ("your", "like": 2.2) does not
+MIN_NEAREST_SCORE = 3.0
+
+
 @dataclass(frozen=True)
 class Example:
     """One few-shot exchange: the user's request, the robot's spoken reply, its calls (with
@@ -62,7 +67,9 @@ class Profile:
     def example_messages(self) -> list[dict[str, Any]]:
         return [m for ex in self.examples for m in ex.messages()]
 
-    def nearest_examples(self, text: str, n: int) -> list[Example]:
+    def nearest_examples(
+        self, text: str, n: int, min_score: float = MIN_NEAREST_SCORE
+    ) -> list[Example]:
         """The `n` examples most like `text` (IDF-weighted stem overlap, no model), least similar
         first: the closest ends up right before the user's turn, where a base model copies best.
         Examples without calls are skipped (they teach no call), and none share no word.
@@ -72,7 +79,13 @@ class Profile:
         fits, and matching it brought the other trade's example that named the same item. A
         request that names such a value gets no nearest example at all: the model copies the
         value it saw last, so the example's item would replace the one asked for (measured:
-        the right item fell from 9 to 6 of 12 requests with two nearest examples)."""
+        the right item fell from 9 to 6 of 12 requests with two nearest examples).
+
+        An example shares words with most requests ("your", "like", "me"), which says nothing
+        about a call: it is taken only when the overlap is strong (``min_score``) or a
+        shared word names what a tool does (a tool's name or enum value: "wave").
+        Chit-chat ("What is your favourite colour?") gets none: no call example primes it,
+        and its turn skips the exchange's prefill (~0.25 s before the first word here)."""
         if n <= 0:
             return []
         slots = _shared_values(self.registry)
@@ -84,20 +97,27 @@ class Profile:
         for _, stems in docs:
             for st in stems:
                 df[st] = df.get(st, 0) + 1
+        tool_words = _tool_words(self.registry)
         scored = []
         for i, (ex, stems) in enumerate(docs):
-            score = sum(math.log(1 + len(docs) / df[st]) for st in query & stems)
-            if score > 0:
+            shared = query & stems
+            score = sum(math.log(1 + len(docs) / df[st]) for st in shared)
+            if shared and (score >= min_score or shared & tool_words):
                 scored.append((score, -i, ex))  # ties: the earlier example in the YAML wins
         best = sorted(scored, key=lambda t: (t[0], t[1]), reverse=True)[:n]
         return [ex for _, _, ex in reversed(best)]
 
-    def nearest(self, n: int, short: bool = False) -> Callable[[str], list[dict[str, Any]]] | None:
+    def nearest(
+        self, n: int, short: bool = False, min_score: float = MIN_NEAREST_SCORE
+    ) -> Callable[[str], list[dict[str, Any]]] | None:
         """For ``Dialogue(nearest=…)``: the nearest examples as messages (None when n is 0);
-        ``short``: each as ``Example.messages(short=True)``."""
+        ``short``: each as ``Example.messages(short=True)``; ``min_score``: as in
+        ``nearest_examples`` (0: any shared word)."""
         if n <= 0 or not self.examples:
             return None
-        return lambda text: [m for ex in self.nearest_examples(text, n) for m in ex.messages(short)]
+        return lambda text: [
+            m for ex in self.nearest_examples(text, n, min_score) for m in ex.messages(short)
+        ]
 
 
 #: words that say nothing about which example fits ("my" and "me" stay: who owns the item
@@ -147,6 +167,20 @@ def _stem(word: str) -> str:
                 word = word[:-1]
             break
     return word
+
+
+def _tool_words(registry: ToolRegistry) -> set[str]:
+    """Stems that name what the tools do: tool names and string enum values (``wave_antenna``
+    -> wave, antenna). Descriptions are left out: their general words ("all", "name", "one")
+    would match anything."""
+    words: set[str] = set()
+    for tool in registry:
+        words.update(_words(tool.name))
+        for schema in (tool.parameters.get("properties") or {}).values():
+            words.update(
+                w for v in schema.get("enum") or () if isinstance(v, str) for w in _words(v)
+            )
+    return words
 
 
 #: (argument name, the value's stems) for values that several tools share
