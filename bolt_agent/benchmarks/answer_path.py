@@ -20,7 +20,7 @@ import argparse
 import json
 import statistics
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -85,59 +85,23 @@ def parse_variant(text: str) -> Variant:
 
 
 def build(variant: Variant) -> None:
-    """Engine, dialogue and runner as llm_node builds them with the embedded stack's
-    parameters (``stack.spec.effective_params``) and the variant's overrides."""
+    """Engine, dialogue and runner as llm_node builds them (``LlmParams``' own mapping) with
+    the embedded stack's parameters (``stack.spec.effective_params``) and the variant's."""
     from bolt_agent.core.llm.chat_template import Knobs
-    from bolt_agent.core.llm.dialogue import Dialogue
-    from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
+    from bolt_agent.core.llm.llama.engine import LlamaEngine
     from bolt_agent.core.llm.profile import load_profile
-    from bolt_agent.core.llm.turn_runner import RunnerConfig, TurnRunner
-    from bolt_agent.core.llm.types import SamplingParams
-    from bolt_agent.core.models import resolve_model, with_model_sampling
+    from bolt_agent.core.llm.turn_runner import TurnRunner
+    from bolt_agent.core.models import resolve_model
     from bolt_agent.nodes.llm_params import LlmParams
     from bolt_agent.stack.spec import StackSpec, effective_params
 
-    given = effective_params(StackSpec(), "llm_node")
-    known = set(vars(LlmParams()))
-    chosen = {**given, **variant.overrides}
-    p = replace(LlmParams(), **{k: v for k, v in chosen.items() if k in known})
+    p = LlmParams.from_dict({**effective_params(StackSpec(), "llm_node"), **variant.overrides})
     profile = load_profile(p.profile)
-    model = str(resolve_model(p.model, kind="llm"))
-    engine = LlamaEngine(
-        LlamaConfig(
-            model_path=model,
-            n_ctx=p.n_ctx,
-            n_threads=p.n_threads,
-            n_threads_batch=p.n_threads_batch,
-            n_batch=p.n_batch,
-            n_ubatch=p.n_ubatch,
-            swa_full=p.swa_full,
-            flash_attn=p.flash_attn,
-            cache_type_k=p.cache_type_k,
-            cache_type_v=p.cache_type_v,
-        )
-    ).load()
+    draft = str(resolve_model(p.draft_model, kind="drafter")) if p.draft_model else ""
+    engine = LlamaEngine(p.llama_config(str(resolve_model(p.model, kind="llm")), draft)).load()
     constrained = {"on": True, "off": False}.get(p.constrained, engine.chat_template.is_bundled)
-    few_shot = {"on": True, "off": False}.get(p.few_shot, constrained)
-    sampling = dict(temperature=p.temperature, top_p=p.top_p, top_k=p.top_k, min_p=p.min_p)
-    if p.model_sampling:
-        sampling = with_model_sampling(p.model, sampling, vars(LlmParams()))
-    dialogue = Dialogue(
-        profile.persona,
-        profile.example_messages() if few_shot else [],
-        profile.nearest(p.few_shot_nearest, p.few_shot_nearest_short, p.few_shot_nearest_min_score)
-        if few_shot
-        else None,
-    )
-    config = RunnerConfig(
-        sampling=SamplingParams(**sampling, seed=p.seed),
-        constrained=constrained,
-        max_new_tokens=p.max_new_tokens,
-        max_speech_chars=p.max_speech_chars,
-        first_clause_chars=p.first_clause_chars,
-        filler_sentence=profile.filler,
-    )
-    variant.runner = TurnRunner(engine, dialogue, profile.registry, config)
+    config = p.runner_config(constrained, profile)
+    variant.runner = TurnRunner(engine, p.dialogue(profile, constrained), profile.registry, config)
     variant.knobs = Knobs(p.enable_thinking, p.thinking_token_budget, p.conversational_mode)
 
 

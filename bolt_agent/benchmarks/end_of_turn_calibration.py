@@ -106,7 +106,6 @@ def sweep(rows: list[dict[str, Any]], thresholds=(0.03, 0.05, 0.07, 0.1, 0.15)) 
 
 def run(profile_name: str, log=print, with_nearest: bool = False) -> dict[str, Any]:
     from bolt_agent.core.llm.chat_template import Knobs
-    from bolt_agent.core.llm.dialogue import Dialogue
     from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
     from bolt_agent.core.llm.profile import load_profile
     from bolt_agent.core.llm.turn_runner import RunnerConfig, TurnRequest, TurnRunner
@@ -125,16 +124,7 @@ def run(profile_name: str, log=print, with_nearest: bool = False) -> dict[str, A
         LlamaConfig(str(resolve_model(lp.model, kind="llm")), n_ctx=lp.n_ctx, n_threads=2)
     ).load()
     constrained = engine.chat_template.is_bundled  # llm_node's `constrained: auto`
-    few_shot = constrained  # `few_shot: auto`
-    dialogue = Dialogue(
-        profile.persona,
-        profile.example_messages() if few_shot else [],
-        profile.nearest(
-            lp.few_shot_nearest, lp.few_shot_nearest_short, lp.few_shot_nearest_min_score
-        )
-        if few_shot
-        else None,
-    )
+    dialogue = lp.dialogue(profile, constrained)  # `few_shot: auto`
     runner = TurnRunner(engine, dialogue, profile.registry, RunnerConfig(constrained=constrained))
     asr = FasterWhisperEngine(
         resolve_model(ap.model, kind="asr"),

@@ -35,19 +35,17 @@ from std_msgs.msg import Bool, String
 from std_srvs.srv import Trigger
 
 from bolt_agent.core.llm.chat_template import Knobs
-from bolt_agent.core.llm.dialogue import Dialogue
 from bolt_agent.core.llm.held_turn import COMMITTED, HeldTurn
-from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
+from bolt_agent.core.llm.llama.engine import LlamaEngine
 from bolt_agent.core.llm.profile import load_profile
 from bolt_agent.core.llm.turn_runner import (
-    RunnerConfig,
     ToolResult,
     TurnRequest,
     TurnResult,
     TurnRunner,
 )
 from bolt_agent.core.llm.turn_scheduler import NotActiveError, TurnScheduler
-from bolt_agent.core.llm.types import EngineError, SamplingParams
+from bolt_agent.core.llm.types import EngineError
 from bolt_agent.core.memory import release_free_memory
 from bolt_agent.core.models import ModelNotFoundError, resolve_model
 from bolt_agent.nodes import runtime
@@ -98,26 +96,7 @@ class LlmNode(BoltLifecycleNode):
             model_path = resolve_model(p.model, kind="llm")
             draft_path = str(resolve_model(p.draft_model, kind="drafter")) if p.draft_model else ""
             load_local = lambda: LlamaEngine(  # noqa: E731 (also the remote engine's fallback)
-                LlamaConfig(
-                    model_path=str(model_path),
-                    n_ctx=p.n_ctx,
-                    n_gpu_layers=p.n_gpu_layers,
-                    n_threads=p.n_threads,
-                    n_threads_batch=p.n_threads_batch,
-                    n_batch=p.n_batch,
-                    n_ubatch=p.n_ubatch,
-                    swa_full=p.swa_full,
-                    flash_attn=p.flash_attn,
-                    cache_type_k=p.cache_type_k,
-                    cache_type_v=p.cache_type_v,
-                    use_mmap=p.use_mmap,
-                    embeddings=p.embeddings,
-                    chat_template=p.chat_template,
-                    speculative=p.speculative,
-                    draft_model=draft_path,
-                    spec_n_max=p.spec_n_max,
-                    spec_p_min=p.spec_p_min,
-                )
+                p.llama_config(str(model_path), draft_path)
             ).load()
             self.engine = self._load_engine(str(model_path), load_local)
         except (ModelNotFoundError, EngineError, FileNotFoundError, ValueError) as exc:
@@ -126,33 +105,9 @@ class LlmNode(BoltLifecycleNode):
         constrained = {"on": True, "off": False}.get(
             p.constrained, self.engine.chat_template.is_bundled
         )
-        sampling = dict(temperature=p.temperature, top_p=p.top_p, top_k=p.top_k, min_p=p.min_p)
-        if p.model_sampling and p.engine == "local":  # models.yaml's, where left at defaults
-            from bolt_agent.core.models import with_model_sampling
-
-            sampling = with_model_sampling(p.model, sampling, vars(LlmParams()))
-        config = RunnerConfig(
-            sampling=SamplingParams(**sampling, seed=p.seed),
-            constrained=constrained,
-            max_new_tokens=p.max_new_tokens,
-            max_steps=p.max_steps,
-            max_thinking_tokens=p.max_thinking_tokens,
-            max_speech_chars=p.max_speech_chars,
-            max_calls_per_step=p.max_calls_per_step,
-            first_clause_chars=p.first_clause_chars,
-            filler_sentence=profile.filler,
-        )
         self.profile = profile
-        few_shot = {"on": True, "off": False}.get(p.few_shot, constrained)
-        examples = profile.example_messages() if few_shot else []
-        nearest = (
-            profile.nearest(
-                p.few_shot_nearest, p.few_shot_nearest_short, p.few_shot_nearest_min_score
-            )
-            if few_shot
-            else None
-        )
-        dialogue = Dialogue(profile.persona, examples, nearest)
+        config = p.runner_config(constrained, profile)
+        dialogue = p.dialogue(profile, constrained)
         self.runner = TurnRunner(self.engine, dialogue, profile.registry, config)
         if hasattr(self.engine, "watch_cancel"):  # a cancel closes the remote stream at once
             self.engine.watch_cancel(lambda: self.runner.cancel_token)

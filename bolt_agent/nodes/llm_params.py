@@ -4,8 +4,14 @@ wiring because the LLM has many knobs (model, memory, sampling, remote engine, f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
+from bolt_agent.core.llm.dialogue import Dialogue
+from bolt_agent.core.llm.llama.engine import LlamaConfig
+from bolt_agent.core.llm.profile import Profile
+from bolt_agent.core.llm.turn_runner import RunnerConfig
+from bolt_agent.core.llm.types import SamplingParams
 from bolt_agent.nodes.base import param
 
 
@@ -150,8 +156,8 @@ class LlmParams:
     few_shot_nearest: int = param(
         1,
         "with few_shot: the N profile examples most like the request, rendered right before it "
-        "(retrieval few-shot, not stored in the history; 0 = off; each costs ~60 tokens of "
-        "prefill per turn, ~100 in full)",
+        "(retrieval few-shot, not stored in the history; 0 = off; each costs ~75 tokens of "
+        "prefill per turn, ~110 in full)",
         load_time=True,
         low=0,
         high=8,
@@ -168,7 +174,7 @@ class LlmParams:
     few_shot_nearest_short: bool = param(
         True,
         "the nearest examples as request, reply and calls only (no tool results, no closing "
-        "words): ~60 instead of ~100 tokens prefilled after the user's words are known",
+        "words): ~75 instead of ~110 tokens prefilled after the user's words are known",
         load_time=True,
     )
     max_steps: int = param(
@@ -234,3 +240,65 @@ class LlmParams:
     release_memory_after_turn: bool = param(
         True, "malloc_trim after each turn (returns freed heap pages; ~10-20 ms, after the turn)"
     )
+
+    # --- the core objects these parameters configure (llm_node, the benchmarks) -------------
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> LlmParams:
+        """Parameters from a name -> value mapping (other names, e.g. other nodes', ignored)."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+    def llama_config(self, model_path: str, draft_path: str = "") -> LlamaConfig:
+        return LlamaConfig(
+            model_path=model_path,
+            n_ctx=self.n_ctx,
+            n_gpu_layers=self.n_gpu_layers,
+            n_threads=self.n_threads,
+            n_threads_batch=self.n_threads_batch,
+            n_batch=self.n_batch,
+            n_ubatch=self.n_ubatch,
+            swa_full=self.swa_full,
+            flash_attn=self.flash_attn,
+            cache_type_k=self.cache_type_k,
+            cache_type_v=self.cache_type_v,
+            use_mmap=self.use_mmap,
+            embeddings=self.embeddings,
+            chat_template=self.chat_template,
+            speculative=self.speculative,
+            draft_model=draft_path,
+            spec_n_max=self.spec_n_max,
+            spec_p_min=self.spec_p_min,
+        )
+
+    def runner_config(self, constrained: bool, profile: Profile) -> RunnerConfig:
+        """The turn runner's configuration; a local model's own sampling (``model_sampling``)
+        replaces the sampling parameters left at their defaults."""
+        sampling = dict(
+            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p
+        )
+        if self.model_sampling and self.engine == "local":  # models.yaml's, where left at defaults
+            from bolt_agent.core.models import with_model_sampling
+
+            sampling = with_model_sampling(self.model, sampling, vars(LlmParams()))
+        return RunnerConfig(
+            sampling=SamplingParams(**sampling, seed=self.seed),
+            constrained=constrained,
+            max_new_tokens=self.max_new_tokens,
+            max_steps=self.max_steps,
+            max_thinking_tokens=self.max_thinking_tokens,
+            max_speech_chars=self.max_speech_chars,
+            max_calls_per_step=self.max_calls_per_step,
+            first_clause_chars=self.first_clause_chars,
+            filler_sentence=profile.filler,
+        )
+
+    def dialogue(self, profile: Profile, constrained: bool) -> Dialogue:
+        """The conversation: the profile's persona, and with ``few_shot`` (auto: in constrained
+        mode) its examples and the nearest ones before each request."""
+        few_shot = {"on": True, "off": False}.get(self.few_shot, constrained)
+        if not few_shot:
+            return Dialogue(profile.persona, [], None)
+        nearest = profile.nearest(
+            self.few_shot_nearest, self.few_shot_nearest_short, self.few_shot_nearest_min_score
+        )
+        return Dialogue(profile.persona, profile.example_messages(), nearest)
