@@ -102,3 +102,17 @@ def test_piper_release_memory_gives_the_kept_arena_back():
     assert mib["kept"] - mib["released"] >= 30, mib  # measured ≈ 80 MiB
     assert abs(mib["again"] - mib["released"]) < 10, mib  # nothing more to give: no growth
     assert mib["samples"] > 0  # the voice still speaks after its arena shrank
+
+
+def test_piper_release_memory_after_close_does_nothing_and_synthesis_says_why():
+    """tts_node's tracking thread may release memory while the node is cleaned up."""
+    from bolt_agent.core.models import resolve_model
+    from bolt_agent.core.speech.tts_engine import PiperEngine
+
+    tts = PiperEngine(resolve_model("", kind="tts"))
+    tts.load()
+    tts.release_memory()  # nothing kept yet: a cheap no-op
+    tts.close()
+    tts.release_memory()  # the voice is gone: nothing to do, no error
+    with pytest.raises(RuntimeError, match="closed"):
+        tts.synthesize_sentence("Hello.")

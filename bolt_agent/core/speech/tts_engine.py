@@ -148,22 +148,29 @@ class PiperEngine(TtsEngine):
         self._syn_config = SynthesisConfig(length_scale=self.length_scale)
 
     def synthesize_sentence(self, sentence: str) -> np.ndarray:
-        if self._voice is None:
-            raise RuntimeError("PiperEngine.load() was not called")
         limit = self.shrink_above_chars
-        return self._run(sentence, self.mem_arena and 0 <= limit < len(sentence))
+        audio = self._run(sentence, self.mem_arena and 0 <= limit < len(sentence))
+        if audio is None:
+            raise RuntimeError("PiperEngine.load() was not called (or the voice was closed)")
+        return audio
 
     def release_memory(self) -> None:
         """One word synthesised with the arena's shrinkage on: every arena region left unused
-        goes back to the allocator (the kept peak of the last turn's sentences)."""
-        if self._voice is not None and self.mem_arena:
+        goes back to the allocator (the kept peak of the last turn's sentences). Nothing to do
+        without an arena or a voice (closed meanwhile)."""
+        if self.mem_arena:
             self._run("a", shrink=True)
 
-    def _run(self, text: str, shrink: bool) -> np.ndarray:
+    def _run(self, text: str, shrink: bool) -> np.ndarray | None:
+        """One synthesis at a time (the shrink flag is the session's); None without a voice."""
         with self._lock:
-            self._voice.session.shrink = shrink
-            parts = [c.audio_int16_array for c in self._voice.synthesize(text, self._syn_config)]
+            voice = self._voice
+            if voice is None:
+                return None
+            voice.session.shrink = shrink
+            parts = [c.audio_int16_array for c in voice.synthesize(text, self._syn_config)]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int16)
 
     def close(self) -> None:
-        self._voice = None
+        with self._lock:  # after a synthesis in progress, never under it
+            self._voice = None
