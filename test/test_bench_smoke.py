@@ -89,3 +89,34 @@ def test_bench_quick(tmp_path):
     assert peer["settings"]["max_tokens"] == 48 and peer["settings"]["peer"]
     md = out.with_suffix(".md").read_text()
     assert "| turn-taking | ours | pipecat |" in md and "ours ÷ pipecat" in md
+
+
+def test_answer_path_runs_the_variants_interleaved_and_reports_ratios(tmp_path):
+    """benchmarks/answer_path with the real model and voice: one line per round, two variants,
+    every stage stamped, ratios against the first; a mistyped parameter is refused."""
+    from bolt_agent.benchmarks import answer_path
+
+    out = tmp_path / "answer.json"
+    assert (
+        answer_path.main(
+            [
+                "--rounds",
+                "2",
+                "--out",
+                str(out),
+                "--variant",
+                "full:few_shot_nearest_short=false,few_shot_nearest_min_score=0.0",
+                "--variant",
+                "now:few_shot_nearest_short=true",
+            ]
+        )
+        == 0
+    )
+    result = json.loads(out.read_text())
+    full, now = result["variants"]["full"], result["variants"]["now"]
+    assert len(full["rows"]) == len(now["rows"]) == 2
+    assert full["ratio_to_first"]["words_to_audio_s"] == 1.0
+    for row in full["rows"] + now["rows"]:
+        assert row["probe_s"] > 0 and row["first_token_s"] > 0 and row["sentence"]
+    with pytest.raises(ValueError, match="not an llm_node parameter"):
+        answer_path.parse_variant("x:few_shot_nearest_shrt=0")

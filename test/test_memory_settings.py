@@ -111,7 +111,7 @@ def test_piper_release_memory_after_close_does_nothing_and_synthesis_says_why():
 
     tts = PiperEngine(resolve_model("", kind="tts"))
     tts.load()
-    tts.release_memory()  # nothing kept yet: a cheap no-op
+    tts.release_memory()  # one word's synthesis on a fresh arena
     tts.close()
     tts.release_memory()  # the voice is gone: nothing to do, no error
     with pytest.raises(RuntimeError, match="closed"):

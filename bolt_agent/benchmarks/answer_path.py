@@ -76,10 +76,14 @@ def parse_variant(text: str) -> Variant:
     """``NAME:param=value,param=value`` (values as YAML scalars)."""
     import yaml
 
+    from bolt_agent.nodes.llm_params import LlmParams
+
     name, _, rest = text.partition(":")
     overrides = {}
     for item in filter(None, rest.split(",")):
         key, _, value = item.partition("=")
+        if key.strip() not in vars(LlmParams()):
+            raise ValueError(f"variant {name!r}: {key.strip()!r} is not an llm_node parameter")
         overrides[key.strip()] = yaml.safe_load(value)
     return Variant(name.strip(), overrides)
 
@@ -145,6 +149,7 @@ def run(variants: list[Variant], rounds: int, log=print) -> dict[str, Any]:
         order = variants if i % 2 == 0 else variants[::-1]
         for v in order:
             v.rows.append(one_turn(v, i, text, tts))
+            tts.release_memory()  # as tts_node does once a turn is spoken
         log(f"round {i + 1}/{rounds}: {text!r}")
     return summarise(variants)
 
@@ -180,7 +185,8 @@ def table(result: dict[str, Any]) -> str:
     for name, v in result["variants"].items():
         cells = [f"{v['median'][k]:.3f}" if v["median"][k] is not None else "–" for k in keys]
         ratio = v["ratio_to_first"]["words_to_audio_s"]
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {ratio:.2f} |")
+        shown = "–" if ratio is None else f"{ratio:.2f}"
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {shown} |")
     return "\n".join(lines)
 
 

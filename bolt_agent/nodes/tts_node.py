@@ -357,9 +357,12 @@ class TtsNode(BoltLifecycleNode):
                 self._release_memory()
 
     def _release_memory(self) -> None:
-        """After a turn: Piper's arena growth, then the heap's free pages, go back. A failure
-        is logged and counted, never ends the tracking thread."""
+        """After a turn: Piper's arena growth, then the heap's free pages, go back; not while
+        more speech waits (the next turn would wait for the shrink and regrow the arena). A
+        failure is logged and counted, never ends the tracking thread."""
         engine = self._engine
+        if self._speaker.queued()[0]:
+            return
         try:
             if engine is not None:
                 engine.release_memory()

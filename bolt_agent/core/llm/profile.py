@@ -86,7 +86,7 @@ class Profile:
         about a call: it is taken only when the overlap is strong (``min_score``) or a
         shared word names what a tool does (a tool's name or enum value: "wave").
         Chit-chat ("What is your favourite colour?") gets none: no call example primes it,
-        and its turn skips the exchange's prefill (~0.25 s before the first word here)."""
+        and its turn skips the exchange's prefill (0.15-0.3 s before the first word here)."""
         if n <= 0:
             return []
         slots = _shared_values(self.registry)

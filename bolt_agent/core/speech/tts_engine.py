@@ -95,7 +95,7 @@ class PiperEngine(TtsEngine):
     give that growth back after synthesis (≈ 17 % slower for them: 0.53 vs 0.46 s for 113
     characters, docs/benchmarks.md); shorter ones run on the kept arena at full speed, and
     ``release_memory`` (tts_node calls it once a turn is spoken) gives the rest back: ≈ 95 MiB
-    after a turn of sentences up to 60 characters, for one word's synthesis (~0.03 s) between
+    after a turn of sentences up to 60 characters, for one word's synthesis (~50 ms) between
     turns. Shrinking after every sentence instead cost 7-15 % per sentence. ``-1``: never shrink
     per sentence; ``mem_arena=False``: no arena at all (≈ 30 % slower for every sentence).
     ``seed``: reproducible audio (a simulated user, test fixtures); None: a new voice each run.
