@@ -76,7 +76,7 @@ IN_PROCESS: dict[str, dict[str, Any]] = {
     # reasoning for ultra-low TTFT on conversational turns"), a 24-token budget for requests
     # that turn it on; the first clause goes to the TTS as soon as it is complete (3 characters:
     # "Yes," "Hi," "Oh," alone; benchmarks/answer_path, interleaved against 4: first sentence
-    # 0.40 -> 0.28 s, Piper's audio of it 0.15 -> 0.07 s).
+    # 0.37 -> 0.29 s, Piper's audio of it 0.16 -> 0.07 s).
     # 2 cores shared with ASR and TTS: decode on 1 thread (a busy second core made 2 threads
     # slower: 36 vs 44 tok/s in the benchmark), prefill on 2; ASR without partials gives both
     # cores to the final transcript (started speculatively when the silence begins)
