@@ -326,9 +326,9 @@ def test_a_nearest_example_must_share_more_than_a_general_word(reachy):
     ):
         assert reachy.nearest_examples(chat, 1) == [], chat
     # one tool word is enough ("wave" names wave_antenna), as are two specific words
-    wave = reachy.nearest_examples("Wave goodbye to grandma.", 1)
+    wave = reachy.nearest_examples("Wave to the postman.", 1)
     assert wave[0].calls[0]["arguments"]["animation_name"] == "wave_antenna"
-    look = reachy.nearest_examples("Take a look around you.", 1)
+    look = reachy.nearest_examples("Have a look around, please.", 1)
     assert look[0].calls[0]["arguments"]["animation_name"] == "scan_room"
     assert "look" not in _tool_words(reachy.registry)  # found by its overlap alone
     # few_shot_nearest_min_score 0: any shared word, as before
