@@ -91,7 +91,6 @@ def parse_variant(text: str) -> Variant:
 def build(variant: Variant) -> None:
     """Engine, dialogue and runner as llm_node builds them (``LlmParams``' own mapping) with
     the embedded stack's parameters (``stack.spec.effective_params``) and the variant's."""
-    from bolt_agent.core.llm.chat_template import Knobs
     from bolt_agent.core.llm.llama.engine import LlamaEngine
     from bolt_agent.core.llm.profile import load_profile
     from bolt_agent.core.llm.turn_runner import TurnRunner
@@ -103,10 +102,10 @@ def build(variant: Variant) -> None:
     profile = load_profile(p.profile)
     draft = str(resolve_model(p.draft_model, kind="drafter")) if p.draft_model else ""
     engine = LlamaEngine(p.llama_config(str(resolve_model(p.model, kind="llm")), draft)).load()
-    constrained = {"on": True, "off": False}.get(p.constrained, engine.chat_template.is_bundled)
+    constrained = p.constrained_mode(engine.chat_template.is_bundled)
     config = p.runner_config(constrained, profile)
     variant.runner = TurnRunner(engine, p.dialogue(profile, constrained), profile.registry, config)
-    variant.knobs = Knobs(p.enable_thinking, p.thinking_token_budget, p.conversational_mode)
+    variant.knobs = p.knobs()
 
 
 def one_turn(variant: Variant, index: int, text: str, tts) -> dict[str, float | str]:

@@ -102,9 +102,7 @@ class LlmNode(BoltLifecycleNode):
         except (ModelNotFoundError, EngineError, FileNotFoundError, ValueError) as exc:
             self.record_failure("configure", f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
-        constrained = {"on": True, "off": False}.get(
-            p.constrained, self.engine.chat_template.is_bundled
-        )
+        constrained = p.constrained_mode(self.engine.chat_template.is_bundled)
         self.profile = profile
         config = p.runner_config(constrained, profile)
         dialogue = p.dialogue(profile, constrained)
@@ -389,12 +387,7 @@ class LlmNode(BoltLifecycleNode):
         return self.scheduler.submit(turn_id, text, knobs or self.default_knobs(), sink)
 
     def default_knobs(self) -> Knobs:
-        p = self.params
-        return Knobs(
-            enable_thinking=p.enable_thinking,
-            thinking_token_budget=p.thinking_token_budget if p.thinking_token_budget >= 0 else None,
-            conversational_mode=p.conversational_mode,
-        )
+        return self.params.knobs()
 
     def _request(self, turn_id: str, text: str, knobs: Knobs | None) -> TurnRequest:
         scene = self._scene if self.profile.use_scene else None

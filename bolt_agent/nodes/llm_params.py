@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+from bolt_agent.core.llm.chat_template import Knobs
 from bolt_agent.core.llm.dialogue import Dialogue
 from bolt_agent.core.llm.llama.engine import LlamaConfig
 from bolt_agent.core.llm.profile import Profile
@@ -247,6 +248,20 @@ class LlmParams:
         """Parameters from a name -> value mapping (other names, e.g. other nodes', ignored)."""
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})
+
+    def constrained_mode(self, template_is_bundled: bool) -> bool:
+        """``constrained``: on, off, or auto (on when the model is rendered with the bundled
+        template, i.e. its GGUF has none of its own)."""
+        return {"on": True, "off": False}.get(self.constrained, template_is_bundled)
+
+    def knobs(self) -> Knobs:
+        """The per-request knobs a turn gets unless its request sets its own."""
+        budget = self.thinking_token_budget
+        return Knobs(
+            enable_thinking=self.enable_thinking,
+            thinking_token_budget=budget if budget >= 0 else None,
+            conversational_mode=self.conversational_mode,
+        )
 
     def llama_config(self, model_path: str, draft_path: str = "") -> LlamaConfig:
         return LlamaConfig(

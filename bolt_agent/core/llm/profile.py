@@ -7,6 +7,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -89,16 +90,10 @@ class Profile:
         and its turn skips the exchange's prefill (0.15-0.3 s before the first word here)."""
         if n <= 0:
             return []
-        slots = _shared_values(self.registry)
+        slots, docs, df, tool_words = self._retrieval_index
         query, named = _stems(text, slots)
         if named:
             return []
-        docs = [(ex, _stems(_example_text(ex), slots)[0]) for ex in self.examples if ex.calls]
-        df: dict[str, int] = {}
-        for _, stems in docs:
-            for st in stems:
-                df[st] = df.get(st, 0) + 1
-        tool_words = _tool_words(self.registry)
         scored = []
         for i, (ex, stems) in enumerate(docs):
             shared = query & stems
@@ -107,6 +102,19 @@ class Profile:
                 scored.append((score, -i, ex))  # ties: the earlier example in the YAML wins
         best = sorted(scored, key=lambda t: (t[0], t[1]), reverse=True)[:n]
         return [ex for _, _, ex in reversed(best)]
+
+    @cached_property
+    def _retrieval_index(self):
+        """What ``nearest_examples`` matches against, built once per profile (it runs on every
+        prewarm, probe and turn): the shared-value slots, each call example's stems, their
+        document frequencies and the tool words."""
+        slots = _shared_values(self.registry)
+        docs = [(ex, _stems(_example_text(ex), slots)[0]) for ex in self.examples if ex.calls]
+        df: dict[str, int] = {}
+        for _, stems in docs:
+            for st in stems:
+                df[st] = df.get(st, 0) + 1
+        return slots, docs, df, _tool_words(self.registry)
 
     def nearest(
         self, n: int, short: bool = False, min_score: float = MIN_NEAREST_SCORE
