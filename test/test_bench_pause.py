@@ -231,3 +231,21 @@ def test_spoken_waits_for_audio_of_a_released_turn():
     assert lis.spoken("u2") is True
     lis.first_sentence["u3"], lis.turn_end["u3"] = "…", now - 11.0  # never made audio
     assert lis.spoken("u3") is True and lis.spoken("nobody") is None
+
+
+def test_a_helper_process_that_ends_is_reported_with_its_exit_code_and_log(tmp_path):
+    """The stack dying at start-up (a bad --set) is said at once, with why, not after the
+    240 s wait for its "ready" line."""
+    import time
+
+    code = "import sys; print('ALSA lib noise', file=sys.stderr); "
+    code += "print('ValueError: few_shot_nearest_min_score', file=sys.stderr); sys.exit(3)"
+    proc = vl._Proc(["-c", code], {}, tmp_path / "helper.log")
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError) as err:
+        proc.read(240)
+    proc.stop()
+    assert time.monotonic() - t0 < 30
+    message, _, tail = str(err.value).partition("helper.log:")
+    assert "exit code 3" in message
+    assert tail.strip() == "ValueError: few_shot_nearest_min_score"  # PortAudio's noise left out

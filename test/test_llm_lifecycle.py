@@ -62,3 +62,27 @@ def test_configure_failure_returns_to_unconfigured():
             assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
         finally:
             node.destroy_node()
+
+
+def test_a_whole_number_for_a_double_parameter_is_taken_as_that_double():
+    """``-p few_shot_nearest_min_score:=0`` (or ``0`` in a YAML file, ``--set …=0``): rclpy
+    would refuse the integer for a double at declaration and end the node."""
+    with ros_node("lifecycle_probe3") as (probe, _):
+        node = LlmNode(
+            context=probe.context,
+            cli_args=["--ros-args", "-p", "end_of_turn_hints:=false", "-p", "top_p:=1"],
+            parameter_overrides=[
+                Parameter("autostart", value=False),
+                Parameter("few_shot_nearest_min_score", value=0),
+            ],
+        )
+        try:
+            assert node.params.few_shot_nearest_min_score == 0.0
+            assert isinstance(node.params.few_shot_nearest_min_score, float)
+            assert node.get_parameter("top_p").type_ == Parameter.Type.DOUBLE
+            assert node.params.top_p == 1.0 and node.params.end_of_turn_hints is False
+            # later changes keep ROS's strict typing: refused with a reason, the node lives on
+            result = node.set_parameters([Parameter("few_shot_nearest_min_score", value=2)])[0]
+            assert not result.successful and node.params.few_shot_nearest_min_score == 0.0
+        finally:
+            node.destroy_node()

@@ -83,7 +83,7 @@ def best_threshold(positives: list[float], negatives: list[float]) -> dict[str, 
     }
 
 
-def sweep(rows: list[dict[str, Any]], thresholds=(0.03, 0.05, 0.07, 0.1, 0.15)) -> list:
+def sweep(rows: list[dict[str, Any]], thresholds=(0.03, 0.04, 0.05, 0.06, 0.07, 0.1, 0.15)) -> list:
     """The listener's whole rule (p >= threshold and the last word does not ask for more) at
     several thresholds: unfinished beginnings it would end (split turns) and finished requests
     it ends after the short silence."""
@@ -196,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         help="judge with the turn's nearest few-shot exchanges in the prompt (slower probe)",
     )
     args = ap.parse_args(argv)
+    args.out.parent.mkdir(parents=True, exist_ok=True)  # before minutes of work, not after
     results = [run(n, with_nearest=args.with_nearest) for n in args.profile or sorted(SENTENCES)]
     rows = [row for r in results for row in r["rows"]]
     summary = {

@@ -185,6 +185,7 @@ class _Proc:
     def __init__(self, args: list[str], env: dict[str, str], log: Path):
         import queue
 
+        self._log_path = log
         self._log = open(log, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, *args],
@@ -213,9 +214,22 @@ class _Proc:
         try:
             line = self._lines.get(timeout=timeout)
         except queue.Empty:
-            line = ""
-        if not line:
-            raise TimeoutError(f"no answer from {self.proc.args[1:3]} within {timeout:.0f}s")
+            raise TimeoutError(
+                f"no answer from {self.proc.args[1:3]} within {timeout:.0f}s"
+            ) from None
+        if not line:  # its stdout closed: it ended (or is ending); say how, not "no answer"
+            try:
+                code: int | None = self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                code = None
+            self._log.flush()
+            lines = self._log_path.read_text(errors="replace").splitlines()
+            kept = [x for x in lines if x.strip() and not x.startswith("ALSA lib")]
+            tail = "\n".join(kept[-6:])
+            raise RuntimeError(
+                f"{self.proc.args[1:3]} ended (exit code {code}) before answering; the end "
+                f"of {self._log_path}:\n{tail}"
+            )
         return line
 
     def stop(self, timeout: float = 20.0) -> None:

@@ -166,7 +166,7 @@ class AsrParams:
         high=60000,
     )
     end_of_turn_threshold: float = param(
-        0.07,
+        0.05,
         "semantic: the LLM's p_complete (llm/end_of_turn) at or above which the words are a "
         "complete turn",
         low=0.0,
@@ -563,7 +563,12 @@ class AsrNode(BoltLifecycleNode):
             msg.audio_start, msg.audio_end = _time(event.audio_start_ns), _time(event.audio_end_ns)
             self._text_pub.publish(msg)
             kind = "final" if event.is_final else "speculative" if event.speculative else "partial"
-            self.get_logger().info(f"{kind} [{event.utterance_id}] {event.text!r}")
+            lag = (self.get_clock().now().nanoseconds - event.audio_end_ns) / 1e9
+            work = f"whisper {event.transcribe_s:.2f} s" if event.transcribe_s else "reused"
+            self.get_logger().info(
+                f"{kind} [{event.utterance_id}] {event.text!r} ({lag:.2f} s after its audio "
+                f"ended; queued {event.queued_s:.2f} s, {work})"
+            )
         elif isinstance(event, FinalMetrics):
             self._ended_by[event.ended_by] = self._ended_by.get(event.ended_by, 0) + 1
             if event.ended_by == "audio_stopped":

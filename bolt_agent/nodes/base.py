@@ -164,6 +164,7 @@ class _BoltNodeMixin(CallbackGuardMixin):
     _load_time_read_only: ClassVar[bool] = False
 
     def _init_bolt(self: Any) -> None:
+        self._widen_integer_overrides()
         for f in parameter_fields(self.Params):
             self.declare_parameter(f.name, f.default, descriptor(f, self._load_time_read_only))
         self.params = build_params(self.Params, self._raw_params())
@@ -190,6 +191,24 @@ class _BoltNodeMixin(CallbackGuardMixin):
             period, self.publish_diagnostics, callback_group=MutuallyExclusiveCallbackGroup()
         )
         self.add_on_set_parameters_callback(self._on_set_parameters)
+
+    def _widen_integer_overrides(self: Any) -> None:
+        """A whole number given for a double parameter (``-p threshold:=0``, ``threshold: 0`` in
+        a YAML file, ``--set node.threshold=0``) becomes that double. rclpy would refuse the
+        integer at declaration and end the node over a missing ``.0``; the start-up overrides
+        are rclpy's own table (``Node._parameter_overrides``, Humble to Kilted), read before
+        any parameter is declared. Later ``set_parameters`` calls keep ROS's strict typing."""
+        overrides = getattr(self, "_parameter_overrides", None)
+        if not isinstance(overrides, dict):
+            return
+        for f in parameter_fields(self.Params):
+            given = overrides.get(f.name)
+            if (
+                isinstance(f.default, float)
+                and isinstance(given, Parameter)
+                and given.type_ == Parameter.Type.INTEGER
+            ):
+                overrides[f.name] = Parameter(f.name, Parameter.Type.DOUBLE, float(given.value))
 
     def _raw_params(self: Any) -> dict[str, Any]:
         return {

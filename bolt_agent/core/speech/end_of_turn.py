@@ -61,7 +61,7 @@ class EndOfTurnSettings:
     mode: str = "semantic"  # fixed (the VAD's min_silence_ms alone) | semantic
     complete_silence_ms: int = 250  # silence that ends a complete turn
     incomplete_silence_ms: int = 1200  # the longest wait: ends any turn (the VAD's cap)
-    threshold: float = 0.07  # hint p_complete at or above which the words are complete
+    threshold: float = 0.05  # hint p_complete at or above which the words are complete
     hint_timeout_ms: int = 800  # silence after which the text decides when no hint came
 
     def __post_init__(self) -> None:

@@ -54,7 +54,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -136,6 +136,10 @@ class TranscriptEvent:
     audio_start_ns: int  # where speech was detected
     audio_end_ns: int  # the end of the transcribed audio
     speculative: bool = False  # the speculative final, published as a partial
+    # diagnostics (not part of the event's identity): from the job's submission to its start
+    # (behind other jobs), and the transcription itself (0 for a final that reused one)
+    queued_s: float = field(default=0.0, compare=False)
+    transcribe_s: float = field(default=0.0, compare=False)
 
 
 @dataclass(frozen=True)
@@ -209,6 +213,14 @@ class _Speculation:
     result: Any = None
 
 
+@dataclass
+class _Timing:
+    """Where a job's time went (runner thread): waiting behind other jobs, transcribing."""
+
+    queued_s: float = 0.0
+    transcribe_s: float = 0.0
+
+
 @dataclass(frozen=True)
 class _Job:
     """One transcription, handed from the pushing thread to the runner's."""
@@ -220,6 +232,7 @@ class _Job:
     end_ns: int
     speculation: _Speculation | None = None  # speculative: its own; final: the one to reuse
     ended: tuple[str, float] = ("silence", 0.0)  # final: how the end was decided, silence ms
+    submitted: float = 0.0  # the listener's clock when it was handed to the runner
 
 
 class Listener:
@@ -354,6 +367,7 @@ class Listener:
         return self._last_job is None or self._last_job.done()
 
     def _submit(self, job: _Job) -> None:
+        job = replace(job, submitted=self._clock())
         self._last_job = self._runner.submit(lambda: self._run_guarded(job))
 
     def _speculate(self) -> None:
@@ -446,41 +460,47 @@ class Listener:
 
     def _run(self, job: _Job) -> None:
         spec = job.speculation
+        timing = _Timing(self._clock() - job.submitted if job.submitted else 0.0)
         if job.kind == "speculative":
             assert spec is not None
             if spec.stale:
                 spec.ran = True
                 return
-            ok, result = self._transcribe(job, final=True)
+            ok, result = self._transcribe(job, final=True, timing=timing)
             spec.result, spec.failed, spec.ran = result, not ok, True
             if result is not None and not spec.stale and self._speculation is spec:
-                self._transcript(job, result, final=False, speculative=True)
+                self._transcript(job, result, False, timing, speculative=True)
         elif job.kind == "partial":
-            ok, result = self._transcribe(job, final=False)
+            ok, result = self._transcribe(job, final=False, timing=timing)
             if result is not None:
-                self._transcript(job, result, final=False)
+                self._transcript(job, result, False, timing)
         else:
             if spec is not None and spec.ran and not spec.failed:
                 ok, result = True, spec.result  # its job ran before this one
             else:
-                ok, result = self._transcribe(job, final=True)
+                ok, result = self._transcribe(job, final=True, timing=timing)
             if not ok:
                 return
             if result is None:
                 self._deliver(NoSpeech(job.utt_id))
                 return
-            self._transcript(job, result, final=True)
+            self._transcript(job, result, True, timing)
             ended_by, silence_ms = job.ended
             self._deliver(FinalMetrics(job.utt_id, job.end_ns, ended_by, silence_ms))
 
-    def _transcribe(self, job: _Job, final: bool) -> tuple[bool, Any]:
+    def _transcribe(self, job: _Job, final: bool, timing: _Timing) -> tuple[bool, Any]:
+        t0 = self._clock()
         try:
             return True, self._transcriber.transcribe(job.audio, final=final)
         except Exception as exc:  # a failed transcription must not end the listener
             self._deliver(TranscriptionFailed(job.utt_id, job.kind, repr(exc)))
             return False, None
+        finally:
+            timing.transcribe_s = self._clock() - t0
 
-    def _transcript(self, job: _Job, result: Any, final: bool, speculative: bool = False) -> None:
+    def _transcript(
+        self, job: _Job, result: Any, final: bool, timing: _Timing, speculative: bool = False
+    ) -> None:
         event = TranscriptEvent(
             job.utt_id,
             result.text,
@@ -490,6 +510,8 @@ class Listener:
             job.start_ns,
             job.end_ns,
             speculative,
+            timing.queued_s,
+            timing.transcribe_s,
         )
         self._deliver(event)
 
