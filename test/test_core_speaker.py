@@ -421,3 +421,59 @@ def test_a_barge_in_stop_discards_a_held_turn_and_interrupts_the_playing_one():
     assert info is not None and info.turn_id == "t1" and info.spoken == "One two"
     assert of_type(events, Discarded) == [Discarded("t2", 1)]
     assert [w.text for w in sink.writes] == ["One two three four."]
+
+
+def test_phrase_cache_keeps_short_phrases_and_evicts_the_least_recent():
+    from bolt_agent.core.speech.phrase_cache import PhraseCache
+
+    calls: list[str] = []
+
+    def synth(text: str) -> np.ndarray:
+        calls.append(text)
+        if text == "boom":
+            raise RuntimeError("unsayable")
+        return np.full(len(text) * 10, len(calls), dtype=np.int16)  # new audio every call
+
+    cache = PhraseCache(synth, max_chars=8, max_entries=2)
+    first = cache("Yes,")
+    again = cache("Yes,")
+    assert calls == ["Yes,"] and again is first and not again.flags.writeable
+    with pytest.raises(ValueError):
+        again[0] = 1  # a consumer cannot change what later turns will play
+    assert not np.array_equal(cache("Yes."), first)  # the exact text: "Yes." is another phrase
+    long_text = "This sentence is longer than eight characters."
+    cache(long_text), cache(long_text)
+    assert calls.count(long_text) == 2  # long texts are never kept
+    cache("Sure!")  # a third short phrase: "Yes," (least recently used) goes
+    assert len(cache) == 2
+    cache("Yes,")
+    assert calls.count("Yes,") == 2
+    with pytest.raises(RuntimeError):
+        cache("boom")  # a failure is the caller's (the speaker reports it), and not kept
+    assert cache.stats() == {"phrase_hits": 1, "phrase_misses": 4, "phrases_kept": 2}
+    cache.clear()
+    off = PhraseCache(synth, max_chars=0)
+    off("Yes,"), off("Yes,")
+    assert calls.count("Yes,") == 4 and len(off) == 0
+
+
+def test_a_speaker_on_a_phrase_cache_plays_a_repeated_opening_without_synthesising_it():
+    from bolt_agent.core.speech.phrase_cache import PhraseCache
+
+    synthesised: list[str] = []
+
+    def synth(text: str) -> np.ndarray:
+        synthesised.append(text)
+        return np.ones(100, dtype=np.int16)
+
+    sink = FakeSink()
+    speaker = Speaker(PhraseCache(synth), emit=lambda event: None)
+    speaker.start(sink)
+    for turn in ("a", "b"):  # llm_node sends the opening clause on its own
+        speaker.say(turn, "Yes,", is_last=False)
+        speaker.say(turn, "I will turn my head to the window.", is_last=True)
+        while speaker.synthesize_next():
+            pass
+    rest = "I will turn my head to the window."  # over 24 characters: synthesised each time
+    assert synthesised == ["Yes,", rest, rest]
+    assert [tag.text for tag in sink.writes] == ["Yes,", rest] * 2

@@ -49,6 +49,7 @@ from bolt_agent.core.speech.audio_io import (
     describe_devices,
     list_devices,
 )
+from bolt_agent.core.speech.phrase_cache import PhraseCache
 from bolt_agent.core.speech.playback import PacedSink, Player
 from bolt_agent.core.speech.pulse_route import PulseRoute
 from bolt_agent.core.speech.speaker import (
@@ -147,6 +148,15 @@ class TtsParams:
         "once a turn is spoken: shrink Piper's onnxruntime arena (one word's synthesis) and "
         "malloc_trim (the turn's peak working memory goes back)",
     )
+    phrase_cache_chars: int = param(
+        24,
+        "texts up to this many characters (an opening clause: 'Yes,', 'Sure!') are kept after "
+        "their first synthesis and played from memory when said again, the same audio each "
+        "time; 0 = synthesise everything (taken at configure)",
+        load_time=True,
+        low=0,
+        high=200,
+    )
     max_text_chars: int = param(
         2000,
         "longest text accepted from speech/say, teleop/say or tts/speak; a longer one is "
@@ -164,7 +174,8 @@ class TtsNode(BoltLifecycleNode):
         super().__init__("tts_node", **kwargs)
         self._engine: PiperEngine | None = None
         self._sink: Player | PacedSink | None = None
-        self._speaker = Speaker(self._synthesize, emit=self._on_speech_event)
+        self._phrases = PhraseCache(self._synthesize, max_chars=0)  # sized at configure
+        self._speaker = Speaker(self._phrases, emit=self._on_speech_event)
         self._done_q: queue.Queue[Sentence | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
         self._teleop_ids = itertools.count(1)
@@ -186,6 +197,8 @@ class TtsNode(BoltLifecycleNode):
             self.record_failure("configure", f"TTS voice could not be loaded: {exc!r}")
             return TransitionCallbackReturn.FAILURE
         self._engine = engine
+        self._phrases.clear()  # a new voice (or length_scale): nothing said before applies
+        self._phrases.max_chars = p.phrase_cache_chars
         self._state_pub = self.create_publisher(TtsState, "tts/state", qos.LATCHED)
         self._metrics_pub = self.create_publisher(TurnMetrics, "bolt/turn_metrics", qos.RELIABLE)
         self._audio_pub = self.create_publisher(AudioChunk, "audio/output", qos.AUDIO)
@@ -261,6 +274,7 @@ class TtsNode(BoltLifecycleNode):
         if self._engine is not None:
             self._engine.close()
             self._engine = None
+        self._phrases.clear()
 
     # --- device ------------------------------------------------------------------------------
     def _pulse_route(self) -> PulseRoute | None:
@@ -469,6 +483,7 @@ class TtsNode(BoltLifecycleNode):
             "queue_depth": waiting,
             "playing_sentences": playing,
             "held_discarded": self._discarded,
+            **self._phrases.stats(),
         }
 
     def _publish_state(self, state: SpeechState) -> None:
