@@ -163,6 +163,25 @@ def test_first_clause_goes_out_early_only_once():
     assert split("Yes, here is a happy nod.", 4) == ["Yes, here is a happy nod."]
 
 
+def test_the_first_clause_goes_at_its_mark_not_one_token_later():
+    """As the LLM streams it: "Yes" then "," — the comma after a letter ends the clause at
+    once (a decode step earlier than waiting for the space); after a digit it waits."""
+    from bolt_agent.core.speech.sentences import SentenceSplitter
+
+    splitter = SentenceSplitter(3)
+    assert splitter.push("Yes") == []
+    assert splitter.push(",") == ["Yes,"]
+    assert splitter.push(" here is") == [] and splitter.push(", a nod.") == []
+    assert splitter.push(" Done") == ["here is, a nod."]  # later clauses never split
+    numbers = SentenceSplitter(3)
+    assert numbers.push("About 1") == [] and numbers.push(",") == []  # maybe "1,000"
+    assert numbers.push("000 cups. ") == ["About 1,000 cups."]
+    short = SentenceSplitter(4)
+    assert short.push("Yes") == [] and short.push(",") == []  # under first_clause_chars
+    off = SentenceSplitter(0)
+    assert off.push("Yes,") == []
+
+
 def test_vad_start_padding_keeps_audio_before_the_onset():
     probs = [0.0] * 20 + [0.9] * 10 + [0.0] * 20
     config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=32, start_pad_ms=256)

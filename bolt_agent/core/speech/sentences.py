@@ -9,6 +9,8 @@ _ABBREVIATIONS = {
 }  # fmt: skip
 _END = re.compile(r"[.!?…]+[\"')\]]*(?=\s)|\n+")
 _CLAUSE = re.compile(r"[.!?…]+[\"')\]]*(?=\s)|[,;:—–]+(?=\s)|\n+")
+#: a clause mark right after a letter, at the end of what has come so far ("Yes,")
+_CLAUSE_AT_END = re.compile(r"(?<=[^\W\d_])[,;:]$")
 
 
 class SentenceSplitter:
@@ -16,7 +18,8 @@ class SentenceSplitter:
 
     ``first_clause_chars`` > 0 lets the first piece end at a clause boundary (``, ; : —``)
     once it has that many characters: "Sure, let me look." gives "Sure," at once, so the voice
-    can start while the rest of the sentence is still being generated."""
+    can start while the rest of the sentence is still being generated (a comma, semicolon or
+    colon right after a letter ends it as soon as it comes; other marks once a space follows)."""
 
     def __init__(self, first_clause_chars: int = 0) -> None:
         self._buf = ""
@@ -39,6 +42,14 @@ class SentenceSplitter:
                 out.append(candidate.strip())
             start = m.end()
         self._buf = self._buf[start:]
+        if not out and not self._emitted and self._first_clause_chars > 0:
+            # the first clause goes at its mark, not one token later when a space shows that
+            # the mark ends it: after a letter a comma ends a clause ("Yes,"); after a digit it
+            # may be inside a number ("1,000"), so that one waits
+            piece = self._buf.strip()
+            if _CLAUSE_AT_END.search(piece) and len(piece) - 1 >= self._first_clause_chars:
+                out.append(piece)
+                self._buf = ""
         self._emitted += len(out)
         return out
 
