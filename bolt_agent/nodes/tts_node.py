@@ -197,8 +197,7 @@ class TtsNode(BoltLifecycleNode):
             self.record_failure("configure", f"TTS voice could not be loaded: {exc!r}")
             return TransitionCallbackReturn.FAILURE
         self._engine = engine
-        self._phrases.clear()  # a new voice (or length_scale): nothing said before applies
-        self._phrases.max_chars = p.phrase_cache_chars
+        self._phrases.max_chars = p.phrase_cache_chars  # (emptied by cleanup: a new voice)
         self._state_pub = self.create_publisher(TtsState, "tts/state", qos.LATCHED)
         self._metrics_pub = self.create_publisher(TurnMetrics, "bolt/turn_metrics", qos.RELIABLE)
         self._audio_pub = self.create_publisher(AudioChunk, "audio/output", qos.AUDIO)

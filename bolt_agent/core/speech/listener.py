@@ -460,7 +460,7 @@ class Listener:
 
     def _run(self, job: _Job) -> None:
         spec = job.speculation
-        timing = _Timing(self._clock() - job.submitted if job.submitted else 0.0)
+        timing = _Timing(self._clock() - job.submitted)
         if job.kind == "speculative":
             assert spec is not None
             if spec.stale:

@@ -152,7 +152,7 @@ def _joined_pieces(llm, n_vocab: int) -> tuple[bytes, np.ndarray] | None:
     if lengths[nul[0]] != 0:
         return None
     lengths[nul[0]] = 1  # the separator's own text
-    return blob, lengths.astype(np.int64)
+    return blob, lengths
 
 
 def _pieces_one_by_one(llm, n_vocab: int) -> list[bytes]:
