@@ -477,3 +477,48 @@ def test_a_speaker_on_a_phrase_cache_plays_a_repeated_opening_without_synthesisi
     rest = "I will turn my head to the window."  # over 24 characters: synthesised each time
     assert synthesised == ["Yes,", rest, rest]
     assert [tag.text for tag in sink.writes] == ["Yes,", rest] * 2
+
+
+def test_a_turns_first_audio_starts_near_its_first_audible_sample():
+    """Piper opens "Yes," with 65 ms below -50 dBFS: heard as latency, so the first audio of a
+    turn (held or not) keeps only ``lead_keep`` samples of it; later sentences keep their lead
+    (the pause between sentences), and silent audio is never cut to nothing."""
+    lead = np.concatenate([np.full(600, 50, np.int16), np.full(400, 3000, np.int16)])
+
+    def synth(text: str) -> np.ndarray:
+        return np.zeros(500, np.int16) if text == "Hmm." else lead
+
+    sink = FakeSink()
+    speaker = Speaker(synth, emit=lambda event: None)
+    speaker.lead_keep = 100
+    speaker.start(sink)
+    for text, last in (("Yes,", False), ("I see.", False), ("Hmm.", True)):
+        speaker.say("a", text, is_last=last)
+    while speaker.synthesize_next():
+        pass
+    first, second, silent = sink.audio
+    assert len(first) == 500 and first[99] == 50 and first[100] == 3000
+    assert len(second) == 1000 and len(silent) == 500
+    speaker.say("b", "Hmm.", is_last=False, held=True)  # a held turn: trimmed when released
+    speaker.say("b", "I see.", is_last=True, held=True)
+    while speaker.synthesize_next():
+        pass
+    speaker.release("b")
+    assert [len(a) for a in sink.audio[3:]] == [500, 1000]  # its first audio was silent
+    speaker.lead_keep = None  # off: audio as synthesised
+    speaker.say("c", "I see.", is_last=True)
+    while speaker.synthesize_next():
+        pass
+    assert len(sink.audio[-1]) == 1000
+
+
+def test_trim_leading_silence_is_a_view_and_bounded_by_the_start():
+    from bolt_agent.core.speech.speaker import trim_leading_silence
+
+    audio = np.array([0, 0, -5000, 1], np.int16)
+    audio.setflags(write=False)
+    trimmed = trim_leading_silence(audio, keep=1)
+    assert trimmed.tolist() == [0, -5000, 1] and not trimmed.flags.writeable
+    assert trim_leading_silence(audio, keep=10).tolist() == audio.tolist()
+    assert trim_leading_silence(np.zeros(3, np.int16), keep=0).tolist() == [0, 0, 0]
+    assert trim_leading_silence(np.array([-32768, 0], np.int16), keep=0).tolist() == [-32768, 0]

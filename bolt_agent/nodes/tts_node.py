@@ -101,8 +101,9 @@ class TtsParams:
     )
     device: str = param("", "output device name or index ('' = the default device)", load_time=True)
     block_ms: int = param(
-        20,
-        "audio block in ms: bounds how long a stop takes to silence the output",
+        10,
+        "audio block in ms: bounds how long a stop takes to silence the output and, with "
+        "PortAudio's low latency (two blocks buffered), how long audio takes to be heard",
         load_time=True,
         low=1,
         high=1000,
@@ -147,6 +148,15 @@ class TtsParams:
         True,
         "once a turn is spoken: shrink Piper's onnxruntime arena (one word's synthesis) and "
         "malloc_trim (the turn's peak working memory goes back)",
+    )
+    lead_silence_ms: int = param(
+        10,
+        "silence kept before the first audible sample (above -50 dBFS) of each turn's first "
+        "audio: Piper opens 'Yes,' with 65 ms of silence, heard as latency; later sentences "
+        "keep theirs (the pause between sentences); -1 = never trimmed",
+        load_time=True,
+        low=-1,
+        high=1000,
     )
     phrase_cache_chars: int = param(
         24,
@@ -198,6 +208,8 @@ class TtsNode(BoltLifecycleNode):
             return TransitionCallbackReturn.FAILURE
         self._engine = engine
         self._phrases.max_chars = p.phrase_cache_chars  # (emptied by cleanup: a new voice)
+        keep = p.lead_silence_ms
+        self._speaker.lead_keep = None if keep < 0 else keep * engine.sample_rate // 1000
         self._state_pub = self.create_publisher(TtsState, "tts/state", qos.LATCHED)
         self._metrics_pub = self.create_publisher(TurnMetrics, "bolt/turn_metrics", qos.RELIABLE)
         self._audio_pub = self.create_publisher(AudioChunk, "audio/output", qos.AUDIO)
@@ -482,6 +494,8 @@ class TtsNode(BoltLifecycleNode):
             "queue_depth": waiting,
             "playing_sentences": playing,
             "held_discarded": self._discarded,
+            "output_underflows": getattr(sink, "underflows", 0),
+            "output_underflows_playing": getattr(sink, "underflows_playing", 0),
             **self._phrases.stats(),
         }
 

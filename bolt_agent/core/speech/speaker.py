@@ -38,6 +38,19 @@ MAX_TURNS = 64  # turns remembered (for their spoken text and ``done``); the old
 MAX_HOLD_S = 10.0  # a held turn not released by then is discarded
 NOT_ACTIVE = "not active"
 NO_OUTPUT = "no audio output"
+#: |sample| at or below this is silence when a turn's first audio is trimmed (-50 dBFS)
+LEAD_SILENCE = 104
+
+
+def trim_leading_silence(audio: np.ndarray, keep: int, level: int = LEAD_SILENCE) -> np.ndarray:
+    """``audio`` (int16) from ``keep`` samples before its first sample above ``level``: a voice
+    opens a sentence with tens of ms of silence (Piper: 65 ms before "Yes,"), which the user
+    hears as latency at the start of an answer, not as a pause. Silent audio is left whole.
+    A view, not a copy (read-only cached phrases stay read-only)."""
+    loud = np.flatnonzero(np.abs(audio.astype(np.int32)) > level)
+    if not len(loud):
+        return audio
+    return audio[max(0, int(loud[0]) - max(0, keep)) :]
 
 
 class AudioSink(Protocol):
@@ -185,6 +198,8 @@ class Speaker:
         self._playing: list[Sentence] = []  # written to the sink, in play order
         self._sink: AudioSink | None = None
         self._active = False
+        # samples kept before the first audible one of a turn's first audio (None: untouched)
+        self.lead_keep: int | None = None
 
     @property
     def active(self) -> bool:
@@ -304,6 +319,8 @@ class Speaker:
             return
         self._current = turn
         self._playing.append(item)
+        if not turn.first_audio and self.lead_keep is not None:
+            audio = trim_leading_silence(audio, self.lead_keep)
         sink.write(item, audio)
         if not turn.first_audio:
             turn.first_audio = True
