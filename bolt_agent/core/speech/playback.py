@@ -139,8 +139,9 @@ class Player:
         self._last_audio_t = 0.0
         self.device: DeviceInfo | None = None
         self.device_rate = sample_rate
-        self.underflows = 0
-        self.warm = False
+        self.underflows = 0  # the device ran dry (PortAudio's output_underflow)
+        self.underflows_playing = 0  # ... right after a block of real audio: a gap heard
+        self._was_playing = False
         self.warmup_timeout_s = 3.0
         self._running = threading.Event()
         self._frames = 0
@@ -223,13 +224,16 @@ class Player:
         self._last_callback_t = time.monotonic()
         if status.output_underflow:
             self.underflows += 1
+            self.underflows_playing += self._was_playing
         self._frames += frames
         if self._frames >= self._warm_frames:
             self._running.set()
         if self._halt:
             outdata.fill(0)
+            self._was_playing = False
             return
-        if self._queue.fill(outdata[:, 0]):
+        self._was_playing = self._queue.fill(outdata[:, 0])
+        if self._was_playing:
             self._last_audio_t = time.monotonic()
 
     def write(self, tag: Hashable, audio: np.ndarray) -> None:
