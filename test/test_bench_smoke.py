@@ -66,6 +66,12 @@ def test_bench_quick(tmp_path):
     assert all(key in data for key in MAYBE_NONE)
     assert [t["kind"] for t in data["turns"]] == ["finished", "pause"]
     assert data["pause_turns"] == 1 and 0 <= data["false_endpoint_rate"] <= 1
+    # the nodes' /diagnostics at the end of the loop: device xruns are counted, not guessed
+    diag = data["stack_diagnostics"]
+    assert {"asr_node", "tts_node", "llm_node"} <= set(diag)
+    assert {"phrase_hits", "output_underflows"} <= set(diag["tts_node"])
+    assert data["output_underflows"] == diag["tts_node"]["output_underflows"] >= 0
+    assert data["input_errors"] == diag["asr_node"]["input_errors"] >= 0
 
     # the peer: same utterances, measured the same way, after our loop
     peer = data["peer"]

@@ -25,6 +25,8 @@ one JSON line each; ``quit`` (or EOF) shuts it down cleanly. Commands (the soak'
 - ``referrers <module.Type> [n]``: for the last ``n`` live objects of that type (0: all), what
   refers to them (an object's attribute as ``Owner.attr``, a dict's key, or the container type):
   who keeps them alive
+- ``diagnostics``: each node's ``diagnostic_values()`` (what ``/diagnostics`` carries: device
+  xruns, the phrase cache, how turns ended)
 - ``cycles``: what the cyclic garbage collector would free now, by type (``gc.DEBUG_SAVEALL``
   for one collection): objects that only a gen-2 collection frees, with any native memory they own
 """
@@ -330,6 +332,17 @@ def sample() -> dict[str, Any]:
     return out
 
 
+def node_diagnostics(nodes: dict[str, Any]) -> dict[str, Any]:
+    """``diagnostic_values()`` by node name; a node whose values cannot be read says why."""
+    out: dict[str, Any] = {}
+    for name, node in nodes.items():
+        try:
+            out[name] = node.diagnostic_values()
+        except Exception as exc:  # a node mid-teardown: the report says so, the rest go on
+            out[name] = {"error": repr(exc)}
+    return out
+
+
 def answer(line: str, nodes: dict[str, Any], tracer: _Tracer) -> dict[str, Any] | None:
     """The reply to one stdin command (None: unknown command)."""
     words = line.split()
@@ -363,6 +376,8 @@ def answer(line: str, nodes: dict[str, Any], tracer: _Tracer) -> dict[str, Any] 
         return {"event": "referrers", "referrers": referrers(words[1], limit)}
     if cmd == "modules":
         return {"event": "modules", "modules": module_report()}
+    if cmd == "diagnostics":
+        return {"event": "diagnostics", "diagnostics": node_diagnostics(nodes)}
     if cmd == "cycles":
         return {"event": "cycles", "cycles": cyclic_garbage()}
     return {"event": "error", "error": f"unknown command {cmd!r}"}

@@ -467,6 +467,8 @@ def run_voice_loop(
                 saved.flush()
         stack.send("rss")
         rss_end = json.loads(stack.read(30))["rss"]
+        stack.send("diagnostics")
+        diagnostics = json.loads(stack.read(30))["diagnostics"]
         rec.send("flush")
         rec.read(10)
     finally:
@@ -482,6 +484,7 @@ def run_voice_loop(
         "turns": outcomes,
         "rss_ready": ready["rss"],
         "rss_end": rss_end,
+        "diagnostics": diagnostics,
         "recording_s": len(audio) / RATE,
     }
 

@@ -119,6 +119,13 @@ def run_bench(args) -> int:
     result["stage_median_s"] = stages
     tok = [t["counters"].get("decode_tok_s") for t in turns if t["counters"].get("decode_tok_s")]
     result["stack_decode_tok_s_median"] = statistics.median(tok) if tok else None
+    # the nodes' /diagnostics values at the end of the loop (device xruns, caches, turn ends)
+    result["stack_diagnostics"] = loop.get("diagnostics", {})
+    tts_diag = result["stack_diagnostics"].get("tts_node", {})
+    asr_diag = result["stack_diagnostics"].get("asr_node", {})
+    result["output_underflows"] = tts_diag.get("output_underflows")
+    result["output_underflows_playing"] = tts_diag.get("output_underflows_playing")
+    result["input_errors"] = asr_diag.get("input_errors")
 
     # memory of the embedded stack (RSS per node = RSS growth during its configure + activate)
     mb = model_bytes()
