@@ -350,3 +350,22 @@ def test_whisper_auto_device_falls_back_to_cpu_and_silence_gives_nothing(monkeyp
     assert (engine.device, bool(engine.fallback_reason)) in {("cpu", True), ("cuda", False)}
     quiet = np.random.default_rng(1).normal(0, 0.01, 16000 * 2).astype(np.float32)
     assert engine.transcribe(quiet) is None
+
+
+def test_player_counts_underflows_and_those_right_after_real_audio():
+    """The device ran dry: counted always, and apart when the block before carried speech (a
+    gap may have been heard); idle silence running dry is not a glitch anyone hears."""
+    from types import SimpleNamespace
+
+    from bolt_agent.core.speech.playback import Player
+
+    player = Player(None, 16000, block_ms=10)
+    ok, dry = SimpleNamespace(output_underflow=False), SimpleNamespace(output_underflow=True)
+    out = np.zeros((160, 1), np.int16)
+    player._callback(out, 160, None, dry)  # idle: zeros, then the device ran dry
+    player._queue.add("s", np.full(160, 5, np.int16), 160)
+    player._callback(out, 160, None, ok)  # the segment's one block
+    assert out[:, 0].tolist() == [5] * 160
+    player._callback(out, 160, None, dry)  # dry right after speech: may be heard
+    player._callback(out, 160, None, dry)  # the block before was silence
+    assert (player.underflows, player.underflows_playing) == (3, 1)

@@ -47,7 +47,7 @@ def play(block_ms: int, rate: int) -> int:
 
     player = Player("pulse", rate, block_ms=block_ms, latency="low")
     player.open()
-    print(f"ready {player._stream.latency:.4f}", flush=True)
+    print("ready", flush=True)
     burst = _burst(rate)
     for i, line in enumerate(sys.stdin):
         if line.strip() != "burst":
@@ -105,7 +105,10 @@ def _ask(proc: subprocess.Popen, line: str) -> str:
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(line + "\n")
     proc.stdin.flush()
-    return proc.stdout.readline().strip()
+    reply = proc.stdout.readline().strip()
+    if not reply:
+        raise RuntimeError(f"{' '.join(map(str, proc.args))}: the child ended (exit {proc.poll()})")
+    return reply
 
 
 def _stop(proc: subprocess.Popen) -> None:

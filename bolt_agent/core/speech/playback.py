@@ -142,6 +142,7 @@ class Player:
         self.underflows = 0  # the device ran dry (PortAudio's output_underflow)
         self.underflows_playing = 0  # ... right after a block of real audio: a gap heard
         self._was_playing = False
+        self.warm = False
         self.warmup_timeout_s = 3.0
         self._running = threading.Event()
         self._frames = 0
