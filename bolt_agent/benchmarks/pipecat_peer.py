@@ -66,10 +66,11 @@ PEER_DEFAULTS: dict[str, Any] = {
     "penalty 1.1); no tools, thinking, few-shot or prompt prewarm (stack: llama.cpp in process, "
     "profile prompt, temperature 1.0, top_k 64, prefill at start-up and at speech start)",
     "tts": "PiperTTSService: pipecat's sentence aggregation, Piper's 22.05 kHz resampled to "
-    "24 kHz, 40 ms output chunks (stack: first clause → Piper, 20 ms blocks)",
+    "24 kHz, 40 ms output chunks (stack: first clause → Piper, 10 ms output blocks, the "
+    "silence before a turn's first word trimmed to 10 ms)",
     "audio_io": "sounddevice port of pipecat's LocalAudioTransport (PyAudio has no Linux "
     "wheel): 16 kHz input in 20 ms callback blocks, blocking writes, PortAudio low latency, "
-    "the 'default' ALSA→PulseAudio devices, as the stack",
+    "the 'default' ALSA→PulseAudio devices, as the stack (stack: 10 ms mic blocks)",
     "warm_up": "none (pipecat's): the first transcription and completion pay their start-up",
     "answer_length": "max_tokens per answer (bolt-agent bench --peer-max-tokens, 48) (stack: "
     "llm_node max_new_tokens per step): it bounds how long a turn takes, not when it is heard",
