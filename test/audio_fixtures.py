@@ -95,3 +95,18 @@ def wer(reference: str, hypothesis: str) -> float:
     return float(
         jiwer.wer(reference, hypothesis, reference_transform=norm, hypothesis_transform=norm)
     )
+
+
+class ScriptedProbs:
+    """Fake VAD probability model: the probabilities are given per window (0 after them)."""
+
+    def __init__(self, probs: list[float]) -> None:
+        self.probs, self.i = probs, 0
+
+    def reset(self) -> None:
+        pass
+
+    def __call__(self, windows: np.ndarray) -> np.ndarray:
+        out = self.probs[self.i : self.i + len(windows)]
+        self.i += len(windows)
+        return np.array(out + [0.0] * (len(windows) - len(out)), dtype=np.float32)

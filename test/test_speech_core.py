@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audio_fixtures import speech_wav, wer  # noqa: F401 - fixture
+from audio_fixtures import ScriptedProbs, speech_wav, wer  # noqa: F401 - fixture
 from bolt_agent.core.speech.asr_engine import combine_segments
 from bolt_agent.core.speech.audio_io import (
     DeviceInfo,
@@ -66,33 +66,18 @@ def test_vad_ignores_silence_and_noise_and_cuts_long_speech(speech_wav):  # noqa
     assert ends and ends[0].forced and ends[0].end - ends[0].start <= 16000 + WINDOW
 
 
-class _Scripted:
-    """Fake probability model: the probabilities are given per window."""
-
-    def __init__(self, probs: list[float]) -> None:
-        self.probs, self.i = probs, 0
-
-    def reset(self) -> None:
-        pass
-
-    def __call__(self, windows: np.ndarray) -> np.ndarray:
-        out = self.probs[self.i : self.i + len(windows)]
-        self.i += len(windows)
-        return np.array(out + [0.0] * (len(windows) - len(out)), dtype=np.float32)
-
-
 def test_vad_state_machine_min_speech_silence_and_skip():
     # 10 silent windows, 2 speech (too short), 10 silent, 20 speech, 20 silent
     probs = [0.0] * 10 + [0.9] * 2 + [0.0] * 10 + [0.9] * 20 + [0.0] * 20
     config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=0)
-    seg = VadSegmenter(config, _Scripted(probs))
+    seg = VadSegmenter(config, ScriptedProbs(probs))
     events = list(seg.process([np.zeros(len(probs) * WINDOW, np.float32)]))
     assert events[0] == SpeechStart(22 * WINDOW)
     assert isinstance(events[1], SpeechEnd) and (events[1].start, events[1].end) == (
         22 * WINDOW,
         42 * WINDOW,
     )
-    seg = VadSegmenter(config, _Scripted([0.9] * 20))
+    seg = VadSegmenter(config, ScriptedProbs([0.9] * 20))
     seg.push(np.zeros(10 * WINDOW, np.float32))
     assert seg.in_speech
     seg.skip(16000)  # gated: the open utterance is dropped, the position advances
@@ -122,7 +107,7 @@ def test_vad_pending_end_announces_the_end_and_is_withdrawn_when_speech_resumes(
     probs = [0.9] * 20 + [0.0] * 6 + [0.9] * 10 + [0.0] * 30
     config = VadConfig(min_speech_ms=150, min_silence_ms=400, speech_pad_ms=64)
     audio = np.arange(len(probs) * WINDOW, dtype=np.float32)  # sample i holds i
-    seg = VadSegmenter(config, _Scripted(probs))
+    seg = VadSegmenter(config, ScriptedProbs(probs))
     pending: list[tuple[int, int | None]] = []
     events = []
     for k in range(len(probs)):
@@ -185,7 +170,7 @@ def test_the_first_clause_goes_at_its_mark_not_one_token_later():
 def test_vad_start_padding_keeps_audio_before_the_onset():
     probs = [0.0] * 20 + [0.9] * 10 + [0.0] * 20
     config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=32, start_pad_ms=256)
-    seg = VadSegmenter(config, _Scripted(probs))
+    seg = VadSegmenter(config, ScriptedProbs(probs))
     audio = np.arange(len(probs) * WINDOW, dtype=np.float32)
     start, end = list(seg.process([audio]))
     assert (start.onset, start.offset) == (20 * WINDOW, 20 * WINDOW - 4096)  # 256 ms earlier
@@ -194,11 +179,11 @@ def test_vad_start_padding_keeps_audio_before_the_onset():
 
 
 def test_vad_barge_in_sensitivity():
-    seg = VadSegmenter(VadConfig(), _Scripted([0.7] * 30))
+    seg = VadSegmenter(VadConfig(), ScriptedProbs([0.7] * 30))
     seg.set_sensitivity(0.8, 300)
     assert seg.push(np.zeros(30 * WINDOW, np.float32)) == []  # 0.7 is below the raised bar
     seg.reset_sensitivity()
-    seg2 = VadSegmenter(VadConfig(), _Scripted([0.7] * 30))
+    seg2 = VadSegmenter(VadConfig(), ScriptedProbs([0.7] * 30))
     assert isinstance(seg2.push(np.zeros(30 * WINDOW, np.float32))[0], SpeechStart)
 
 

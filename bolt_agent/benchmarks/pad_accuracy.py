@@ -48,13 +48,15 @@ def word_errors(reference: str, hypothesis: str) -> tuple[int, int]:
 def last_speculation(segmenter: Any, audio: np.ndarray, block: int = 160) -> np.ndarray | None:
     """The audio of the last speculative transcript the listener would start: what
     ``audio_between(start, pending_end)`` holds when the final silence's pad is in."""
+    from bolt_agent.core.speech.vad_segmenter import SpeechEnd
+
     last, taken = None, None
     for i in range(0, len(audio), block):
         events = segmenter.push(audio[i : i + block])
         end = segmenter.pending_end
         if end is not None and end != last:
             last, taken = end, segmenter.audio_between(segmenter.speech_start, end)
-        if any(type(e).__name__ == "SpeechEnd" for e in events):
+        if any(isinstance(e, SpeechEnd) for e in events):
             break
     return taken
 

@@ -47,7 +47,7 @@ def trim_leading_silence(audio: np.ndarray, keep: int, level: int = LEAD_SILENCE
     opens a sentence with tens of ms of silence (Piper: 65 ms before "Yes,"), which the user
     hears as latency at the start of an answer, not as a pause. Silent audio is left whole.
     A view, not a copy (read-only cached phrases stay read-only)."""
-    loud = np.flatnonzero(np.abs(audio.astype(np.int32)) > level)
+    loud = np.flatnonzero((audio > level) | (audio < -level))  # (abs(-32768) overflows)
     if not len(loud):
         return audio
     return audio[max(0, int(loud[0]) - max(0, keep)) :]
