@@ -147,3 +147,34 @@ def test_a_stable_prefix_checkpoint_serves_a_prompt_that_departs_far_back(model_
     assert (restored, refilled) == (1, 0) and n_history - 2 <= reused <= n_history
     reused, restored, refilled, _ = run(mark=False)
     assert refilled == 1 and reused == 0  # everything prefilled again
+
+
+def test_a_sampled_token_is_handed_out_before_its_forward_pass(model_path):
+    """The session gives each token out first and runs its forward pass when the next one is
+    asked for (or text is forced), so the caller's parser and the TTS get it a decode step
+    sooner; the greedy tokens are exactly those of evaluating each token at once."""
+    import numpy as np
+
+    eng = _engine(model_path)
+    try:
+        prompt = "1, 2, 3, 4, 5, 6,"  # (a base model counts on, no end of text)
+        n = eng.count_tokens(prompt)
+        session = eng.start(prompt)
+        first = session.sample(GREEDY)
+        assert eng.llm.n_tokens == n and session.n_past == n + 1  # out, not yet evaluated
+        ids = [first.id] + [session.sample(GREEDY).id for _ in range(7)]
+        assert eng.llm.n_tokens == n + 7 and list(eng.llm.input_ids[n : n + 7]) == ids[:7]
+        forced = session.force(" and")
+        assert eng.llm.n_tokens == n + 8 + len(forced)  # the pending token went first
+        assert list(eng.llm.input_ids[n : n + 8]) == ids
+
+        eng.llm.reset()  # reference: each token evaluated as soon as it is chosen
+        eng.llm.eval(eng.tokenize(prompt))
+        n_vocab, ref = eng.llm.n_vocab(), []
+        for _ in range(8):
+            logits = capi.llama_get_logits_ith(eng.llm._ctx.ctx, -1)
+            ref.append(int(np.argmax(np.ctypeslib.as_array(logits, (n_vocab,)))))
+            eng.llm.eval([ref[-1]])
+        assert ids == ref
+    finally:
+        eng.close()

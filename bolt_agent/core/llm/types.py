@@ -62,7 +62,8 @@ class DecodeSession(ABC):
 
     @abstractmethod
     def sample(self, sampling: SamplingParams, grammar: str | None = None) -> Token:
-        """Sample the next token (under `grammar`, if given) and feed it to the model."""
+        """Sample the next token (under `grammar`, if given); the model takes it in before the
+        next token or forced text (a local session runs that forward pass then, not now)."""
 
     def step(
         self, sampling: SamplingParams, grammar: str | None = None, limit: int = 1

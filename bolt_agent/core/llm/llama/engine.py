@@ -238,6 +238,11 @@ class LlamaSession(DecodeSession):
 
         self._is_eog = capi.llama_vocab_is_eog
         self._checkpointed = False
+        # the last sampled token, handed out before its forward pass: the pass runs when the
+        # next token is asked for (or text is forced), so the caller gets each token one decode
+        # step sooner (the first clause reaches the TTS ~25 ms earlier); never run when the
+        # session ends there, as llama-cpp-python's own generate loop does
+        self._pending: int | None = None
         # a fixed seed makes the engine's whole run reproducible; each session continues it
         # with its own draws (the same seed in every session would give every request and
         # every step the same random stream, so one seed would move all answers together)
@@ -287,7 +292,17 @@ class LlamaSession(DecodeSession):
 
     @property
     def n_past(self) -> int:
-        return self._spec.n_past if self._spec else self._llm.n_tokens
+        if self._spec:
+            return self._spec.n_past
+        return self._llm.n_tokens + (self._pending is not None)
+
+    def _flush(self) -> None:
+        """Run the forward pass of the token handed out last (see ``_pending``)."""
+        if self._pending is not None:
+            token, self._pending = self._pending, None
+            t0 = time.monotonic()
+            self._llm.eval([token])
+            self.stats.decode_s += time.monotonic() - t0
 
     def step(
         self, sampling: SamplingParams, grammar: str | None = None, limit: int = 1
@@ -314,6 +329,7 @@ class LlamaSession(DecodeSession):
         return sampler
 
     def sample(self, sampling: SamplingParams, grammar: str | None = None) -> Token:
+        self._flush()  # (before the checkpoint: it then holds what it held before the deferral)
         self._checkpoint_once()
         if self._spec:
             return self._spec.step(sampling, grammar, 1)[0]
@@ -324,12 +340,11 @@ class LlamaSession(DecodeSession):
         token = self._sampler(sampling, grammar).sample(llm._ctx.ctx)
         if self.stats.first_token_at is None:
             self.stats.first_token_at = time.monotonic()
-        if self._is_eog(llm._model.vocab, token):
-            self.stats.decode_s += time.monotonic() - t0
-            return Token(id=token, text="", is_eog=True)
-        llm.eval([token])
-        self.stats.generated += 1
         self.stats.decode_s += time.monotonic() - t0
+        if self._is_eog(llm._model.vocab, token):
+            return Token(id=token, text="", is_eog=True)
+        self._pending = token
+        self.stats.generated += 1
         return Token(id=token, text=self._text(token))
 
     def force(self, text: str) -> list[Token]:
@@ -337,6 +352,7 @@ class LlamaSession(DecodeSession):
         if self._spec:
             tokens = self._spec.force(tokens)
         else:
+            self._flush()
             tokens = tokens[: self._llm.n_ctx() - self._llm.n_tokens]
             if tokens:
                 self._llm.eval(tokens)
