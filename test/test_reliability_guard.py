@@ -15,7 +15,7 @@ from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from std_msgs.msg import String
 
-from bolt_agent.core.speech.asr_engine import FasterWhisperEngine
+from bolt_agent.core.speech.asr_engine import WhisperEngine
 from bolt_agent.core.speech.listener import audio_block_problem
 from bolt_agent.nodes.base import BoltNode, param
 from bolt_agent_interfaces.action import ExecuteTool
@@ -115,6 +115,6 @@ def test_audio_blocks_are_checked_before_conversion():
 
 
 def test_the_asr_device_choice_says_why_cuda_was_not_used():
-    device, why = FasterWhisperEngine.probe_device("auto")
+    device, why = WhisperEngine.probe_device("auto")
     assert (device, bool(why)) in {("cpu", True), ("cuda", False)}
-    assert FasterWhisperEngine.probe_device("cpu") == ("cpu", "")
+    assert WhisperEngine.probe_device("cpu") == ("cpu", "")

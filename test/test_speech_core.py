@@ -307,10 +307,10 @@ def test_paced_sink_drops_a_block_it_cannot_emit_reports_it_and_goes_on():
 @pytest.mark.slow
 def test_whisper_encoder_window_gives_the_same_words(speech_wav):  # noqa: F811
     from bolt_agent.core.models import resolve_model
-    from bolt_agent.core.speech.asr_engine import FasterWhisperEngine
+    from bolt_agent.core.speech.asr_engine import WhisperEngine
 
-    full = FasterWhisperEngine(resolve_model("", kind="asr"), "cpu", encoder_window_s=30)
-    windowed = FasterWhisperEngine(resolve_model("", kind="asr"), "cpu", encoder_window_s=10)
+    full = WhisperEngine(resolve_model("", kind="asr"), "cpu", encoder_window_s=30)
+    windowed = WhisperEngine(resolve_model("", kind="asr"), "cpu", encoder_window_s=10)
     full.load()
     windowed.load()
     assert windowed._encoder_frames(16000 * 2) == 1000
@@ -326,10 +326,10 @@ def test_whisper_encoder_window_gives_the_same_words(speech_wav):  # noqa: F811
 @pytest.mark.slow
 def test_whisper_auto_device_falls_back_to_cpu_and_silence_gives_nothing(monkeypatch):
     from bolt_agent.core.models import resolve_model
-    from bolt_agent.core.speech.asr_engine import FasterWhisperEngine
+    from bolt_agent.core.speech.asr_engine import WhisperEngine
 
-    monkeypatch.setattr(FasterWhisperEngine, "pick_device", staticmethod(lambda _d: "cuda"))
-    engine = FasterWhisperEngine(resolve_model("", kind="asr"), device="auto")
+    monkeypatch.setattr(WhisperEngine, "pick_device", staticmethod(lambda _d: "cuda"))
+    engine = WhisperEngine(resolve_model("", kind="asr"), device="auto")
     engine.load()
     # where CUDA really works it is used; elsewhere 'auto' falls back to int8 on the CPU
     assert (engine.device, bool(engine.fallback_reason)) in {("cpu", True), ("cuda", False)}

@@ -3,7 +3,7 @@
     python -m bolt_agent.benchmarks.memory_probe --turns 10 --out /tmp/mem.json [fixes]
 
 Loads what the stack loads with the stack's voice settings (``stack.sim_overrides``): Silero VAD
-(``VadSegmenter``) + ``FasterWhisperEngine`` (2 threads), ``LlamaEngine`` through ``TurnRunner``
+(``VadSegmenter``) + ``WhisperEngine`` (2 threads), ``LlamaEngine`` through ``TurnRunner``
 (constrained, reachy_mini tools, thinking budget 24, conversational mode, decode 1 thread /
 prefill 2) and ``PiperEngine`` (1 thread). Each engine runs in a worker thread of its own, as
 in the nodes (glibc arenas are per thread). A turn: VAD + transcribe a Piper-made utterance,
@@ -144,7 +144,7 @@ class _Engines:
     def __init__(self, args: argparse.Namespace, libc) -> None:
         from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
         from bolt_agent.core.models import resolve_model
-        from bolt_agent.core.speech.asr_engine import FasterWhisperEngine
+        from bolt_agent.core.speech.asr_engine import WhisperEngine
         from bolt_agent.core.speech.tts_engine import PiperEngine
         from bolt_agent.core.speech.vad_segmenter import VadSegmenter
 
@@ -162,7 +162,7 @@ class _Engines:
         self.mem["tts"] = memory(libc)
         self.asr = self.seg = None
         if "asr" in self.only:
-            asr = FasterWhisperEngine(resolve_model("", kind="asr"), device="cpu", cpu_threads=2)
+            asr = WhisperEngine(resolve_model("", kind="asr"), device="cpu", cpu_threads=2)
             seg = VadSegmenter()
             self.pools["asr"].submit(lambda: (asr.load(), seg.model.load())).result()
             self.asr, self.seg = asr, seg

@@ -20,6 +20,7 @@ import sys
 import time
 import wave
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +43,22 @@ def _profile(name: str):
     return load_profile(name)
 
 
+def windowed_whisper_model(whisper_model: Any) -> Any:
+    """faster-whisper's ``WhisperModel`` whose encoder sees only ``encoder_frames`` of the padded
+    input: the raw library with the encoder window of the stack's ``WhisperEngine``."""
+
+    class WindowedWhisperModel(whisper_model):
+        encoder_frames: int | None = None
+
+        def encode(self, features: np.ndarray):
+            n = self.encoder_frames
+            if n is not None and features.shape[-1] > n:
+                features = np.ascontiguousarray(features[..., :n])
+            return super().encode(features)
+
+    return WindowedWhisperModel
+
+
 def raw_pipeline(cfg: dict) -> dict:
     """Per utterance: detection wait + VAD + ASR + LLM to first sentence + TTS first chunk."""
     from faster_whisper import WhisperModel
@@ -51,13 +68,13 @@ def raw_pipeline(cfg: dict) -> dict:
 
     from bolt_agent.core.llm.dialogue import Dialogue, Step
     from bolt_agent.core.llm.tool_grammar import build_grammar
-    from bolt_agent.core.speech.asr_engine import encoder_frames, windowed_whisper_model
+    from bolt_agent.core.speech.asr_engine import encoder_frames
     from bolt_agent.core.speech.sentences import SentenceSplitter
 
     voice = cfg.get("voice", {})
     llm_p, asr_p = voice.get("llm_node", {}), voice.get("asr_node", {})
     prof = _profile(llm_p.get("profile", cfg.get("profile", "reachy_mini")))
-    # whisper with the stack's encoder window (the same subclass FasterWhisperEngine uses)
+    # the library's own whisper, its encoder cut to the stack's window as WhisperEngine cuts it
     asr = windowed_whisper_model(WhisperModel)(
         str(resolve_model("", kind="asr")),
         device="cpu",

@@ -71,14 +71,14 @@ def sentences() -> list[str]:
 
 def run(pads: list[int], seeds: list[int], log=print) -> dict[str, Any]:
     from bolt_agent.core.models import resolve_model
-    from bolt_agent.core.speech.asr_engine import FasterWhisperEngine
+    from bolt_agent.core.speech.asr_engine import WhisperEngine
     from bolt_agent.core.speech.audio_io import StreamResampler, int16_to_float
     from bolt_agent.core.speech.tts_engine import PiperEngine
     from bolt_agent.core.speech.vad_segmenter import SAMPLE_RATE, VadConfig, VadSegmenter
     from bolt_agent.nodes.asr_node import AsrParams
 
     p = AsrParams()
-    asr = FasterWhisperEngine(
+    asr = WhisperEngine(
         resolve_model("", kind="asr"), device="cpu", cpu_threads=2, beam_size=p.beam_size,
         encoder_window_s=p.encoder_window_s,
     )  # fmt: skip

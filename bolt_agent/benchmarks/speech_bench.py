@@ -2,7 +2,7 @@
 
     python -m bolt_agent.benchmarks.speech_bench [--runs 3] [--threads 1] [--out speech_bench.json]
 
-- ASR real-time factor: ``FasterWhisperEngine.transcribe`` vs ``WhisperModel.transcribe``.
+- ASR real-time factor: ``WhisperEngine.transcribe`` vs ``WhisperModel.transcribe``.
 - End of speech → final transcript: the streaming ``VadSegmenter`` (32 ms blocks) + final
   transcription, measured as (detection delay after the true end of speech) + compute time;
   raw: ``get_speech_timestamps`` over the whole recording (offline, so its detection delay is
@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from bolt_agent.core.models import resolve_model
-from bolt_agent.core.speech.asr_engine import FasterWhisperEngine
+from bolt_agent.core.speech.asr_engine import WhisperEngine
 from bolt_agent.core.speech.audio_io import int16_to_float, resample
 from bolt_agent.core.speech.tts_engine import PiperEngine
 from bolt_agent.core.speech.vad_segmenter import SpeechEnd, VadConfig, VadSegmenter
@@ -59,7 +59,7 @@ def bench_asr(audio, truth, threads: int, runs: int) -> dict:
     from faster_whisper.vad import VadOptions, get_speech_timestamps
 
     model_dir = resolve_model("", kind="asr")
-    ours = FasterWhisperEngine(model_dir, "cpu", "int8", threads)
+    ours = WhisperEngine(model_dir, "cpu", "int8", threads)
     ours.load()
     raw = WhisperModel(str(model_dir), device="cpu", compute_type="int8", cpu_threads=threads)
     utt = audio[truth[0][0] : truth[0][1]]

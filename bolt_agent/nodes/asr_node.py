@@ -31,7 +31,7 @@ from builtin_interfaces.msg import Time
 from rclpy.lifecycle import TransitionCallbackReturn
 
 from bolt_agent.core.models import ModelNotFoundError, resolve_model
-from bolt_agent.core.speech.asr_engine import AsrEngine, FasterWhisperEngine
+from bolt_agent.core.speech.asr_engine import AsrEngine, WhisperEngine
 from bolt_agent.core.speech.audio_io import (
     DeviceError,
     DeviceNotFoundError,
@@ -328,7 +328,7 @@ class AsrNode(BoltLifecycleNode):
         p = self.params
         try:
             model_dir = resolve_model(p.model, kind="asr")
-            engine = FasterWhisperEngine(
+            engine = WhisperEngine(
                 model_dir,
                 p.compute_device,
                 p.compute_type,

@@ -1,11 +1,12 @@
 """Speech recognition behind a small interface: 16 kHz float32 audio → text with confidence.
 
-``FasterWhisperEngine`` runs faster-whisper (CTranslate2): int8 on CPU, float16 on CUDA unless a
-compute type is given. Whisper pads every input to 30 s and the encoder's cost grows faster than
-linearly with its input; ``encoder_window_s`` gives the encoder only the first N seconds of that
+``WhisperEngine`` runs a CTranslate2 whisper model (core/speech/whisper_ct2: faster-whisper's
+numbers without importing faster-whisper): int8 on CPU, float16 on CUDA unless a compute type
+is given. Whisper pads every input to 30 s and the encoder's cost grows faster than linearly
+with its input; ``encoder_window_s`` gives the encoder only the first N seconds of that
 padding (at least the audio + 1 s), as whisper.cpp's ``audio_ctx`` does: on whisper-base int8,
 2 threads, a 2 s utterance took 0.73 s with 30 s and 0.25 s with a 10 s window, same text on 12
-test lines (shorter windows made the decoder repeat itself). Segments that whisper itself marks
+test lines (shorter windows made the decoder repeat itself). Texts that whisper itself marks
 as no speech, or that are empty, are dropped, so silence and noise give ``None`` instead of a
 hallucinated sentence.
 """
@@ -73,7 +74,7 @@ def combine_segments(
     return " ".join(kept), min(1.0, max(0.0, confidence)), no_speech
 
 
-class FasterWhisperEngine(AsrEngine):
+class WhisperEngine(AsrEngine):
     def __init__(
         self,
         model_dir: str | Path,
@@ -93,13 +94,16 @@ class FasterWhisperEngine(AsrEngine):
         self.no_speech_threshold, self.log_prob_threshold = no_speech_threshold, log_prob_threshold
         self.encoder_window_s = encoder_window_s
         self._model: Any = None
+        self._vocab: Any = None  # whisper_ct2.WhisperVocab
+        self._filters: np.ndarray | None = None
+        self._suppress: list[int] = []
         self.fallback_reason = ""  # set when 'auto' found CUDA but could not use it
         self.device_reason = ""  # why 'auto' chose the CPU (no CUDA device, no CUDA runtime)
 
     @staticmethod
     def pick_device(device: str) -> str:
         """``device``, or for 'auto' CUDA when CTranslate2 sees a GPU, else the CPU."""
-        return FasterWhisperEngine.probe_device(device)[0]
+        return WhisperEngine.probe_device(device)[0]
 
     @staticmethod
     def probe_device(device: str) -> tuple[str, str]:
@@ -118,59 +122,92 @@ class FasterWhisperEngine(AsrEngine):
         return "cpu", "CTranslate2 sees no CUDA device; using the CPU"
 
     def load(self) -> None:
-        from faster_whisper import WhisperModel
+        from bolt_agent.core.speech.whisper_ct2 import WhisperVocab, mel_filters
 
-        if not (self.model_dir / "model.bin").exists():
-            raise FileNotFoundError(f"whisper model file missing: {self.model_dir / 'model.bin'}")
+        for name in ("model.bin", "tokenizer.json"):
+            if not (self.model_dir / name).exists():
+                raise FileNotFoundError(f"whisper model file missing: {self.model_dir / name}")
         device = self.pick_device(self.device)
         if self.device == "auto" and device == "cpu":
             self.device_reason = self.probe_device("auto")[1]
         try:
-            self._model, compute_type = self._open(WhisperModel, device)
+            self._model, compute_type = self._open(device)
         except (RuntimeError, ValueError) as exc:
             if self.device != "auto" or device == "cpu":
                 raise
             self.fallback_reason = f"CUDA unusable ({exc}); using the CPU"
             device = "cpu"
-            self._model, compute_type = self._open(WhisperModel, device)
+            self._model, compute_type = self._open(device)
         self.device, self.compute_type = device, compute_type
+        self._vocab = WhisperVocab(self.model_dir / "tokenizer.json")
+        self._filters = mel_filters(self._model.n_mels)
+        self._suppress = self._vocab.suppressed()
 
-    def _open(self, whisper_model: Any, device: str) -> tuple[Any, str]:
+    def _open(self, device: str) -> tuple[Any, str]:
+        import ctranslate2
+
         compute_type = self.compute_type or ("float16" if device == "cuda" else "int8")
-        model = windowed_whisper_model(whisper_model)(
+        model = ctranslate2.models.Whisper(
             str(self.model_dir),
             device=device,
             compute_type=compute_type,
-            cpu_threads=max(1, self.cpu_threads),
-            local_files_only=True,
+            intra_threads=max(1, self.cpu_threads),
+            inter_threads=1,
         )
         return model, compute_type
 
     def transcribe(self, audio: np.ndarray, final: bool = True) -> AsrResult | None:
-        if self._model is None:
-            raise RuntimeError("FasterWhisperEngine.load() was not called")
+        import ctranslate2
+
+        from bolt_agent.core.speech.whisper_ct2 import (
+            HOP,
+            MAX_FRAMES,
+            decode_with_fallback,
+            encoder_input,
+            log_mel,
+        )
+
+        if self._model is None or self._filters is None:
+            raise RuntimeError("WhisperEngine.load() was not called")
         audio = np.asarray(audio, dtype=np.float32).reshape(-1)
         if audio.size < 1600:  # under 0.1 s: nothing whisper can read
             return None
-        self._model.encoder_frames = self._encoder_frames(audio.size)
-        segments, info = self._model.transcribe(
-            audio,
-            language=self.language,
-            beam_size=self.beam_size if final else 1,
-            temperature=[0.0, 0.2, 0.4] if final else 0.0,
-            condition_on_previous_text=False,
-            without_timestamps=True,
-            vad_filter=False,
-            no_speech_threshold=self.no_speech_threshold,
-            log_prob_threshold=self.log_prob_threshold,
-        )
-        combined = combine_segments(
-            list(segments), self.no_speech_threshold, self.log_prob_threshold
-        )
+        features = log_mel(audio, self._filters)
+        content = features.shape[-1] - 1  # whisper's content frames
+        pieces, language = [], self.language
+        for seek in range(0, content, MAX_FRAMES):  # 30 s windows (one, for an utterance)
+            piece = features[:, seek : min(content, seek + MAX_FRAMES) + 1]
+            samples = min(audio.size - seek * HOP, MAX_FRAMES * HOP)
+            x = encoder_input(piece, self._encoder_frames(samples))
+            encoded = self._model.encode(ctranslate2.StorageView.from_array(x))
+            if language is None:
+                language = self._model.detect_language(encoded)[0][0][0][2:-2]
+            pieces.append(
+                decode_with_fallback(
+                    self._model,
+                    encoded,
+                    self._prompt(language),
+                    self._vocab,
+                    self._suppress,
+                    (0.0, 0.2, 0.4) if final else (0.0,),
+                    self.beam_size if final else 1,
+                    self.log_prob_threshold,
+                    self.no_speech_threshold,
+                )
+            )
+        combined = combine_segments(pieces, self.no_speech_threshold, self.log_prob_threshold)
         if combined is None:
             return None
         text, confidence, no_speech = combined
-        return AsrResult(text, confidence, info.language or (self.language or ""), no_speech)
+        return AsrResult(text, confidence, language or "", no_speech)
+
+    def _prompt(self, language: str) -> list[int]:
+        """Whisper's start of transcript: language and task (multilingual models), no
+        timestamps."""
+        vocab = self._vocab
+        if not self._model.is_multilingual:
+            return [vocab.sot, vocab.no_timestamps]
+        return [vocab.sot, vocab.language(language), vocab.transcribe, vocab.no_timestamps]
 
     def _encoder_frames(self, samples: int) -> int | None:
         return encoder_frames(self.encoder_window_s, samples)
@@ -186,18 +223,3 @@ def encoder_frames(window_s: float, samples: int) -> int | None:
         return None
     frames = max(int(window_s * 100), samples // 160 + 100)
     return frames if frames < 3000 else None
-
-
-def windowed_whisper_model(whisper_model: Any) -> Any:
-    """``WhisperModel`` whose encoder sees only ``encoder_frames`` of the padded input."""
-
-    class WindowedWhisperModel(whisper_model):
-        encoder_frames: int | None = None
-
-        def encode(self, features: np.ndarray):
-            n = self.encoder_frames
-            if n is not None and features.shape[-1] > n:
-                features = np.ascontiguousarray(features[..., :n])
-            return super().encode(features)
-
-    return WindowedWhisperModel

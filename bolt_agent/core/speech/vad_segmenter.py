@@ -1,15 +1,18 @@
 """Streaming voice-activity segmentation: push 16 kHz float32 chunks, get speech start/end events.
 
-The probabilities come from the Silero VAD model that faster-whisper ships
-(``faster_whisper.vad.get_vad_model``), run window by window with its recurrent state carried
-between calls, so pushing audio in any chunk size gives the same result as one long call.
-Offsets are sample indices since the start of the stream (``skip`` advances them over gaps).
+The probabilities come from the Silero VAD model that faster-whisper's wheel ships
+(``assets/silero_vad_v6.onnx``, with faster-whisper's session settings), run window by window
+with its recurrent state carried between calls, so pushing audio in any chunk size gives the
+same result as one long call. Offsets are sample indices since the start of the stream
+(``skip`` advances them over gaps).
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -67,6 +70,18 @@ class SpeechProbability(Protocol):
     def __call__(self, windows: np.ndarray) -> np.ndarray: ...
 
 
+def silero_model_path() -> Path:
+    """The Silero VAD model that the faster-whisper wheel ships, found without importing
+    faster-whisper (its package imports PyAV and huggingface_hub: ~22 MiB the node never uses)."""
+    spec = importlib.util.find_spec("faster_whisper")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("faster-whisper is not installed: its wheel carries Silero VAD")
+    path = Path(next(iter(spec.submodule_search_locations))) / "assets" / "silero_vad_v6.onnx"
+    if not path.exists():
+        raise FileNotFoundError(f"Silero VAD model missing: {path}")
+    return path
+
+
 class SileroStream:
     """faster-whisper's bundled Silero VAD, run incrementally (h/c state and context kept)."""
 
@@ -75,9 +90,16 @@ class SileroStream:
         self.reset()
 
     def load(self) -> SileroStream:
-        from faster_whisper.vad import get_vad_model
+        import onnxruntime
 
-        self._session = get_vad_model().session
+        opts = onnxruntime.SessionOptions()  # (faster-whisper's own settings for this model)
+        opts.inter_op_num_threads = 1
+        opts.intra_op_num_threads = 1
+        opts.enable_cpu_mem_arena = False
+        opts.log_severity_level = 4
+        self._session = onnxruntime.InferenceSession(
+            str(silero_model_path()), providers=["CPUExecutionProvider"], sess_options=opts
+        )
         return self
 
     def reset(self) -> None:

@@ -1,0 +1,124 @@
+"""Whisper on CTranslate2 without faster-whisper (core/speech/whisper_ct2): the same features,
+suppressed tokens and transcripts as faster-whisper's ``WhisperModel.transcribe`` (the
+reference, imported here only), and an ASR path that imports neither faster-whisper nor PyAV."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from audio_fixtures import speech_wav  # noqa: F401 - fixture
+from bolt_agent.core.models import resolve_model
+from bolt_agent.core.speech.whisper_ct2 import WhisperVocab, log_mel, mel_filters
+
+
+def _chirp(seconds: float = 2.3) -> np.ndarray:
+    t = np.arange(int(16000 * seconds)) / 16000
+    rng = np.random.default_rng(3)
+    return (0.3 * np.sin(2 * np.pi * (200 + 900 * t) * t) + rng.normal(0, 0.01, t.size)).astype(
+        np.float32
+    )
+
+
+def test_features_are_faster_whispers():
+    from faster_whisper.feature_extractor import FeatureExtractor
+
+    ref = FeatureExtractor(feature_size=80)
+    filters = mel_filters(80)
+    assert np.allclose(filters, ref.mel_filters, rtol=0, atol=1e-7)
+    for audio in (_chirp(), _chirp(0.4), np.zeros(3200, np.float32)):
+        ours, theirs = log_mel(audio, filters), ref(audio)
+        assert ours.shape == theirs.shape
+        assert np.allclose(ours, theirs, rtol=0, atol=2e-5), np.abs(ours - theirs).max()
+
+
+def test_suppressed_tokens_are_faster_whispers():
+    import tokenizers
+    from faster_whisper.tokenizer import Tokenizer
+    from faster_whisper.transcribe import get_suppressed_tokens
+
+    model_dir = resolve_model("", kind="asr")
+    hf = tokenizers.Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    ref = Tokenizer(hf, True, task="transcribe", language="en")
+    vocab = WhisperVocab(model_dir / "tokenizer.json")
+    assert vocab.suppressed() == list(get_suppressed_tokens(ref, [-1]))
+    assert [vocab.sot, vocab.language("en"), vocab.transcribe] == ref.sot_sequence
+    assert (vocab.no_timestamps, vocab.no_speech, vocab.eot) == (
+        ref.no_timestamps,
+        ref.no_speech,
+        ref.eot,
+    )
+    with pytest.raises(ValueError, match=r"no <\|xx\|>"):
+        vocab.language("xx")
+
+
+@pytest.mark.slow
+def test_transcripts_are_faster_whispers(speech_wav):  # noqa: F811
+    """Same words, same confidence (to rounding), on Piper speech, with the node's encoder
+    window; and on a padded 31 s input (two whisper windows) the words of both."""
+    from faster_whisper import WhisperModel
+
+    from bolt_agent.benchmarks.offline import windowed_whisper_model
+    from bolt_agent.core.speech.asr_engine import WhisperEngine, encoder_frames
+
+    model_dir = resolve_model("", kind="asr")
+    ours = WhisperEngine(model_dir, "cpu", cpu_threads=2, encoder_window_s=10)
+    ours.load()
+    ref = windowed_whisper_model(WhisperModel)(
+        str(model_dir), device="cpu", compute_type="int8", cpu_threads=2
+    )
+    for (first, last), text in zip(speech_wav.truth, speech_wav.texts, strict=True):
+        audio = speech_wav.audio[max(0, first - 4000) : last + 1600]
+        ref.encoder_frames = encoder_frames(10, audio.size)
+        segments, _ = ref.transcribe(
+            audio,
+            language="en",
+            beam_size=1,
+            temperature=[0.0, 0.2, 0.4],
+            condition_on_previous_text=False,
+            without_timestamps=True,
+        )
+        segments = list(segments)
+        got = ours.transcribe(audio)
+        assert got is not None and len(segments) == 1
+        assert got.text == segments[0].text.strip(), (text, got.text, segments[0].text)
+        assert got.confidence == pytest.approx(np.exp(segments[0].avg_logprob), abs=1e-4)
+    a, b = speech_wav.truth
+    first = speech_wav.audio[a[0] - 4000 : a[1] + 1600]
+    second = speech_wav.audio[b[0] - 4000 : b[1] + 1600]
+    gap = np.zeros(16000 * 30 - first.size, np.float32)
+    long = ours.transcribe(np.concatenate([first, gap, second]))
+    assert long is not None
+    assert long.text == f"{ours.transcribe(first).text} {ours.transcribe(second).text}"
+
+
+@pytest.mark.slow
+def test_the_asr_path_imports_neither_faster_whisper_nor_pyav(speech_wav):  # noqa: F811
+    """asr_node's module, its VAD and its engine, loaded and run: faster-whisper (and PyAV,
+    huggingface_hub, which it imports) stay out of the process."""
+    first, last = speech_wav.truth[0]
+    np.save(speech_wav.path.with_suffix(".npy"), speech_wav.audio[first - 4000 : last + 1600])
+    code = f"""
+import json, sys
+import numpy as np
+import bolt_agent.nodes.asr_node
+from bolt_agent.core.models import resolve_model
+from bolt_agent.core.speech.asr_engine import WhisperEngine
+from bolt_agent.core.speech.vad_segmenter import SileroStream
+audio = np.load({str(speech_wav.path.with_suffix(".npy"))!r})
+probs = SileroStream().load()(audio[: len(audio) // 512 * 512])
+engine = WhisperEngine(resolve_model("", kind="asr"), "cpu")
+engine.load()
+print(json.dumps({{"text": engine.transcribe(audio).text, "speech": float(probs.max()),
+    "loaded": [m for m in ("faster_whisper", "av", "huggingface_hub") if m in sys.modules]}}))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["loaded"] == [] and got["speech"] > 0.9
+    assert "back room" in got["text"], got
