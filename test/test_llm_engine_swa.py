@@ -167,6 +167,10 @@ def test_a_sampled_token_is_handed_out_before_its_forward_pass(model_path):
         forced = session.force(" and")
         assert eng.llm.n_tokens == n + 8 + len(forced)  # the pending token went first
         assert list(eng.llm.input_ids[n : n + 8]) == ids
+        session.sample(GREEDY)
+        session.close()  # the step ends: the last token's pass is skipped, and counted
+        assert session.stats.generated == 9 and session.stats.skipped_passes == 1
+        assert session.stats.evaluated == 8 and eng.llm.n_tokens == n + 8 + len(forced)
 
         eng.llm.reset()  # reference: each token evaluated as soon as it is chosen
         eng.llm.eval(eng.tokenize(prompt))

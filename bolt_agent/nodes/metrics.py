@@ -51,7 +51,7 @@ class TurnMetricsPublisher:
     def finish_llm_turn(self, turn_id: str, result) -> TurnMetrics:
         self.stamp(turn_id, "turn_end")
         decode_s = sum(s.decode_s for s in result.stats)
-        generated = sum(s.generated for s in result.stats)
+        generated = sum(s.evaluated for s in result.stats)  # the tokens decode_s paid for
         first = result.stats[0] if result.stats else None
         return self.publish(
             turn_id,

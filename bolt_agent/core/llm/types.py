@@ -42,6 +42,9 @@ class SessionStats:
     reused_tokens: int = 0  # prompt tokens served from the KV cache
     prefill_s: float = 0.0
     generated: int = 0
+    # generated tokens whose forward pass never ran: a local session runs a token's pass when
+    # the next one is asked for, so the last token of a step that ends without end-of-text has none
+    skipped_passes: int = 0
     forced: int = 0
     decode_s: float = 0.0
     first_token_at: float | None = None  # time.monotonic() of the first sampled token
@@ -51,8 +54,13 @@ class SessionStats:
     remote: bool = False  # served over the network: prefill_s is the network time to first token
 
     @property
+    def evaluated(self) -> int:
+        """Generated tokens whose forward pass ran (what ``decode_s`` paid for)."""
+        return self.generated - self.skipped_passes
+
+    @property
     def decode_tok_s(self) -> float:
-        return self.generated / self.decode_s if self.decode_s > 0 else 0.0
+        return self.evaluated / self.decode_s if self.decode_s > 0 else 0.0
 
 
 class DecodeSession(ABC):

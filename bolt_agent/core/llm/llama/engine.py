@@ -296,6 +296,12 @@ class LlamaSession(DecodeSession):
             return self._spec.n_past
         return self._llm.n_tokens + (self._pending is not None)
 
+    def close(self) -> None:
+        """The step is over: the token handed out last needs no forward pass (counted)."""
+        if self._pending is not None:
+            self._pending = None
+            self.stats.skipped_passes += 1
+
     def _flush(self) -> None:
         """Run the forward pass of the token handed out last (see ``_pending``)."""
         if self._pending is not None:

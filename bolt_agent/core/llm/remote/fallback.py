@@ -149,3 +149,4 @@ class FallbackSession(DecodeSession):
         self._remote.close()
         if self._local is not None:
             self._local.close()
+            self.stats.skipped_passes = self._local.stats.skipped_passes
