@@ -19,7 +19,6 @@ real robot's sound card are its own; the differences between block sizes carry o
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -29,6 +28,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from bolt_agent.benchmarks.report import write_json
 
 MODULE = "bolt_agent.benchmarks.audio_latency"
 BURST_LEVEL = 0.05  # |x| above this is the burst (the null sinks are silent otherwise)
@@ -260,9 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         pulse.stop()
     print(table(result))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
-    print(f"wrote {args.out}")
+    write_json(args.out, result)
     return 0
 
 

@@ -59,6 +59,34 @@ def windowed_whisper_model(whisper_model: Any) -> Any:
     return WindowedWhisperModel
 
 
+def library_transcribe(
+    model: Any,
+    audio: np.ndarray,
+    window_s: float,
+    beam_size: int = 1,
+    no_speech_threshold: float = 0.6,
+    log_prob_threshold: float = -1.0,
+) -> list[Any]:
+    """faster-whisper's own ``transcribe`` of one utterance as asr_node runs whisper (English,
+    greedy then the temperature fallback, no timestamps, no VAD, the encoder window) on a
+    ``windowed_whisper_model``: the reference that benchmarks and tests compare with."""
+    from bolt_agent.core.speech.asr_engine import encoder_frames
+
+    model.encoder_frames = encoder_frames(window_s, audio.size)
+    segments, _ = model.transcribe(
+        audio,
+        language="en",
+        beam_size=beam_size,
+        temperature=[0.0, 0.2, 0.4],
+        condition_on_previous_text=False,
+        without_timestamps=True,
+        vad_filter=False,
+        no_speech_threshold=no_speech_threshold,
+        log_prob_threshold=log_prob_threshold,
+    )
+    return list(segments)
+
+
 def raw_pipeline(cfg: dict) -> dict:
     """Per utterance: detection wait + VAD + ASR + LLM to first sentence + TTS first chunk."""
     from faster_whisper import WhisperModel
@@ -68,7 +96,6 @@ def raw_pipeline(cfg: dict) -> dict:
 
     from bolt_agent.core.llm.dialogue import Dialogue, Step
     from bolt_agent.core.llm.tool_grammar import build_grammar
-    from bolt_agent.core.speech.asr_engine import encoder_frames
     from bolt_agent.core.speech.sentences import SentenceSplitter
 
     voice = cfg.get("voice", {})
@@ -124,17 +151,7 @@ def raw_pipeline(cfg: dict) -> dict:
         )
         seg = audio[stamps[0]["start"] : stamps[-1]["end"]] if stamps else audio
         t_vad = time.perf_counter() - t0
-        asr.encoder_frames = encoder_frames(window_s, len(seg))
-        segments, _ = asr.transcribe(
-            seg,
-            language="en",
-            beam_size=1,
-            temperature=[0.0, 0.2, 0.4],
-            condition_on_previous_text=False,
-            without_timestamps=True,
-            vad_filter=False,
-        )
-        text = " ".join(s.text.strip() for s in segments)
+        text = " ".join(s.text.strip() for s in library_transcribe(asr, seg, window_s))
         t_asr = time.perf_counter() - t0 - t_vad
         turn = dialogue.begin_turn(f"r{len(turns)}", text)
         prompt = template.render(dialogue.messages(), prof.registry.as_openai(), knobs)

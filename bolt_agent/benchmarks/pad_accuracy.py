@@ -17,13 +17,15 @@ on a few lines and better on as many is noise, one that is mostly worse cuts wor
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from bolt_agent.benchmarks.report import write_json
 
 _SPELLING = {"favorite": "favourite", "armor": "armour", "color": "colour"}
 
@@ -69,22 +71,17 @@ def sentences() -> list[str]:
     return whole + list(UTTERANCES) + [f"{a} {b}" for a, b, _ in PAUSE_UTTERANCES]
 
 
-def run(pads: list[int], seeds: list[int], log=print) -> dict[str, Any]:
+def spoken(seeds: list[int], log=print) -> Iterator[tuple[int, str, np.ndarray]]:
+    """(seed, sentence, 16 kHz audio) for every sentence spoken by Piper with each voice seed,
+    with 0.3 s of silence before and 1.5 s after (room for the VAD's silence)."""
     from bolt_agent.core.models import resolve_model
-    from bolt_agent.core.speech.asr_engine import WhisperEngine
     from bolt_agent.core.speech.audio_io import StreamResampler, int16_to_float
     from bolt_agent.core.speech.tts_engine import PiperEngine
-    from bolt_agent.core.speech.vad_segmenter import SAMPLE_RATE, VadConfig, VadSegmenter
-    from bolt_agent.nodes.asr_node import AsrParams
+    from bolt_agent.core.speech.vad_segmenter import SAMPLE_RATE
 
-    p = AsrParams()
-    asr = WhisperEngine(
-        resolve_model("", kind="asr"), device="cpu", cpu_threads=2, beam_size=p.beam_size,
-        encoder_window_s=p.encoder_window_s,
-    )  # fmt: skip
-    asr.load()
     texts = sentences()
-    rows = []
+    lead = np.zeros(SAMPLE_RATE * 3 // 10, np.float32)
+    tail = np.zeros(SAMPLE_RATE * 3 // 2, np.float32)
     for seed in seeds:
         tts = PiperEngine(resolve_model("", kind="tts"), seed=seed)
         tts.load()
@@ -93,18 +90,33 @@ def run(pads: list[int], seeds: list[int], log=print) -> dict[str, Any]:
             x = StreamResampler(tts.sample_rate, SAMPLE_RATE).process(
                 int16_to_float(pcm), last=True
             )
-            lead, tail = np.zeros(SAMPLE_RATE * 3 // 10, np.float32), np.zeros(SAMPLE_RATE * 3 // 2)
-            x = np.concatenate([lead, x, tail.astype(np.float32)])
-            row: dict[str, Any] = {"seed": seed, "text": text, "heard": {}, "errors": {}}
-            for pad in pads:
-                seg = VadSegmenter(VadConfig(speech_pad_ms=pad, min_silence_ms=1200))
-                audio = last_speculation(seg, x)
-                result = asr.transcribe(audio) if audio is not None else None
-                heard = result.text if result else ""
-                row["heard"][str(pad)] = heard
-                row["errors"][str(pad)], row["words"] = word_errors(text, heard)
-            rows.append(row)
+            yield seed, text, np.concatenate([lead, x, tail])
         log(f"seed {seed}: {len(texts)} utterances")
+
+
+def run(pads: list[int], seeds: list[int], log=print) -> dict[str, Any]:
+    from bolt_agent.core.models import resolve_model
+    from bolt_agent.core.speech.asr_engine import WhisperEngine
+    from bolt_agent.core.speech.vad_segmenter import VadConfig, VadSegmenter
+    from bolt_agent.nodes.asr_node import AsrParams
+
+    p = AsrParams()
+    asr = WhisperEngine(
+        resolve_model("", kind="asr"), device="cpu", cpu_threads=2, beam_size=p.beam_size,
+        encoder_window_s=p.encoder_window_s,
+    )  # fmt: skip
+    asr.load()
+    rows = []
+    for seed, text, x in spoken(seeds, log):
+        row: dict[str, Any] = {"seed": seed, "text": text, "heard": {}, "errors": {}}
+        for pad in pads:
+            seg = VadSegmenter(VadConfig(speech_pad_ms=pad, min_silence_ms=1200))
+            audio = last_speculation(seg, x)
+            result = asr.transcribe(audio) if audio is not None else None
+            heard = result.text if result else ""
+            row["heard"][str(pad)] = heard
+            row["errors"][str(pad)], row["words"] = word_errors(text, heard)
+        rows.append(row)
     first = str(pads[0])
     summary = {}
     for pad in map(str, pads):
@@ -152,9 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     result = run(args.pads, args.seeds)
     print(table(result))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False))
-    print(f"wrote {args.out}")
+    write_json(args.out, result)
     return 0
 
 

@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
+
+
+def write_json(path: Path, result: dict[str, Any]) -> None:
+    """A benchmark's JSON (folders made), and a line saying where it went."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1, ensure_ascii=False))
+    print(f"wrote {path}")
+
 
 STAGE_LABELS = {
     "vad_end": "user end → VAD end-of-speech",

@@ -1,4 +1,4 @@
-"""ASR node: microphone (or `audio/input`) → streaming VAD → faster-whisper transcripts.
+"""ASR node: microphone (or `audio/input`) → streaming VAD → whisper (CTranslate2) transcripts.
 
 Wiring around ``bolt_agent.core.speech.listener.Listener`` (echo gate and barge-in, partials,
 the speculative final, stamps): the PortAudio callback or the `audio/input` subscription fills a

@@ -175,6 +175,8 @@ class WhisperEngine(AsrEngine):
         features = log_mel(audio, self._filters)
         content = features.shape[-1] - 1  # whisper's content frames
         pieces, language = [], self.language
+        if not self._model.is_multilingual:
+            language = "en"  # an English-only model (*.en) has neither language nor task tokens
         for seek in range(0, content, MAX_FRAMES):  # 30 s windows (one, for an utterance)
             piece = features[:, seek : min(content, seek + MAX_FRAMES) + 1]
             samples = min(audio.size - seek * HOP, MAX_FRAMES * HOP)

@@ -9,6 +9,7 @@ same result as one long call. Offsets are sample indices since the start of the 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -82,6 +83,22 @@ def silero_model_path() -> Path:
     return path
 
 
+@functools.lru_cache(maxsize=1)
+def _silero_session():
+    """One onnxruntime session per process, shared by every stream (the recurrent state is an
+    input, not held by the session), with faster-whisper's own settings for this model."""
+    import onnxruntime
+
+    opts = onnxruntime.SessionOptions()
+    opts.inter_op_num_threads = 1
+    opts.intra_op_num_threads = 1
+    opts.enable_cpu_mem_arena = False
+    opts.log_severity_level = 4
+    return onnxruntime.InferenceSession(
+        str(silero_model_path()), providers=["CPUExecutionProvider"], sess_options=opts
+    )
+
+
 class SileroStream:
     """faster-whisper's bundled Silero VAD, run incrementally (h/c state and context kept)."""
 
@@ -90,16 +107,7 @@ class SileroStream:
         self.reset()
 
     def load(self) -> SileroStream:
-        import onnxruntime
-
-        opts = onnxruntime.SessionOptions()  # (faster-whisper's own settings for this model)
-        opts.inter_op_num_threads = 1
-        opts.intra_op_num_threads = 1
-        opts.enable_cpu_mem_arena = False
-        opts.log_severity_level = 4
-        self._session = onnxruntime.InferenceSession(
-            str(silero_model_path()), providers=["CPUExecutionProvider"], sess_options=opts
-        )
+        self._session = _silero_session()
         return self
 
     def reset(self) -> None:
