@@ -124,3 +124,19 @@ def test_the_parity_benchmark_runs_both_and_reports_identical_transcripts(tmp_pa
     result = json.loads(out.read_text())
     assert result["utterances"] == 3 and result["identical"] == 3, result["different"]
     assert result["time_ratio"] > 0 and set(result["median_s"]) == {"ours", "faster_whisper"}
+
+
+def test_an_english_only_model_gets_neither_language_nor_task_tokens():
+    """(No *.en model is bundled: its one difference, the prompt, is checked on its own.)"""
+    from types import SimpleNamespace
+
+    from bolt_agent.core.speech.asr_engine import WhisperEngine
+
+    model_dir = resolve_model("", kind="asr")
+    engine = WhisperEngine(model_dir, "cpu")
+    engine._vocab = vocab = WhisperVocab(model_dir / "tokenizer.json")
+    engine._model = SimpleNamespace(is_multilingual=False)
+    assert engine._prompt("en") == [vocab.sot, vocab.no_timestamps]
+    engine._model = SimpleNamespace(is_multilingual=True)
+    assert engine._prompt("de") == [vocab.sot, vocab.language("de"), vocab.transcribe,
+                                    vocab.no_timestamps]  # fmt: skip
