@@ -110,7 +110,6 @@ def run(profile_name: str, log=print, with_nearest: bool = False) -> dict[str, A
     from bolt_agent.core.llm.profile import load_profile
     from bolt_agent.core.llm.turn_runner import RunnerConfig, TurnRequest, TurnRunner
     from bolt_agent.core.models import resolve_model
-    from bolt_agent.core.speech.asr_engine import WhisperEngine
     from bolt_agent.core.speech.audio_io import StreamResampler, int16_to_float
     from bolt_agent.core.speech.end_of_turn import text_looks_complete
     from bolt_agent.core.speech.tts_engine import PiperEngine
@@ -126,17 +125,7 @@ def run(profile_name: str, log=print, with_nearest: bool = False) -> dict[str, A
     constrained = engine.chat_template.is_bundled  # llm_node's `constrained: auto`
     dialogue = lp.dialogue(profile, constrained)  # `few_shot: auto`
     runner = TurnRunner(engine, dialogue, profile.registry, RunnerConfig(constrained=constrained))
-    asr = WhisperEngine(
-        resolve_model(ap.model, kind="asr"),
-        "cpu",
-        ap.compute_type,
-        1,
-        ap.language,
-        ap.beam_size,
-        ap.no_speech_threshold,
-        ap.log_prob_threshold,
-        ap.encoder_window_s,
-    )
+    asr = ap.whisper_engine("cpu", cpu_threads=1)
     asr.load()
     tts = PiperEngine(resolve_model("", kind="tts"), seed=11)
     tts.load()

@@ -27,6 +27,7 @@ import numpy as np
 from bolt_agent.core.llm.chat_template import Knobs
 from bolt_agent.core.llm.markers import THINK_CLOSE, THINK_OPEN
 from bolt_agent.core.models import resolve_model
+from bolt_agent.core.speech.asr_engine import encoder_frames
 
 RATE = 16000
 PROMPT = "Tell me a short story about a small robot who learns to dance in the kitchen."
@@ -70,8 +71,6 @@ def library_transcribe(
     """faster-whisper's own ``transcribe`` of one utterance as asr_node runs whisper (English,
     greedy then the temperature fallback, no timestamps, no VAD, the encoder window) on a
     ``windowed_whisper_model``: the reference that benchmarks and tests compare with."""
-    from bolt_agent.core.speech.asr_engine import encoder_frames
-
     model.encoder_frames = encoder_frames(window_s, audio.size)
     segments, _ = model.transcribe(
         audio,

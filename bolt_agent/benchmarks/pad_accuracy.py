@@ -94,24 +94,29 @@ def spoken(seeds: list[int], log=print) -> Iterator[tuple[int, str, np.ndarray]]
         log(f"seed {seed}: {len(texts)} utterances")
 
 
-def run(pads: list[int], seeds: list[int], log=print) -> dict[str, Any]:
-    from bolt_agent.core.models import resolve_model
-    from bolt_agent.core.speech.asr_engine import WhisperEngine
-    from bolt_agent.core.speech.vad_segmenter import VadConfig, VadSegmenter
+def node_whisper():
+    """asr_node's whisper (its default parameters; 2 threads, as the stack gives it), loaded."""
     from bolt_agent.nodes.asr_node import AsrParams
 
-    p = AsrParams()
-    asr = WhisperEngine(
-        resolve_model("", kind="asr"), device="cpu", cpu_threads=2, beam_size=p.beam_size,
-        encoder_window_s=p.encoder_window_s,
-    )  # fmt: skip
+    asr = AsrParams().whisper_engine("cpu", cpu_threads=2)
     asr.load()
+    return asr
+
+
+def speculative_audio(x: np.ndarray, pad_ms: int) -> np.ndarray | None:
+    """What the last speculative start gives whisper, with ``speech_pad_ms`` = ``pad_ms``."""
+    from bolt_agent.core.speech.vad_segmenter import VadConfig, VadSegmenter
+
+    return last_speculation(VadSegmenter(VadConfig(speech_pad_ms=pad_ms, min_silence_ms=1200)), x)
+
+
+def run(pads: list[int], seeds: list[int], log=print) -> dict[str, Any]:
+    asr = node_whisper()
     rows = []
     for seed, text, x in spoken(seeds, log):
         row: dict[str, Any] = {"seed": seed, "text": text, "heard": {}, "errors": {}}
         for pad in pads:
-            seg = VadSegmenter(VadConfig(speech_pad_ms=pad, min_silence_ms=1200))
-            audio = last_speculation(seg, x)
+            audio = speculative_audio(x, pad)
             result = asr.transcribe(audio) if audio is not None else None
             heard = result.text if result else ""
             row["heard"][str(pad)] = heard

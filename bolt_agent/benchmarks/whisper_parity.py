@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bolt_agent.benchmarks.pad_accuracy import _ints, last_speculation, spoken
+from bolt_agent.benchmarks.pad_accuracy import _ints, node_whisper, speculative_audio, spoken
 from bolt_agent.benchmarks.report import write_json
 
 
@@ -28,20 +28,12 @@ def run(seeds: list[int], limit: int = 0, log=print) -> dict[str, Any]:
     from faster_whisper import WhisperModel
 
     from bolt_agent.benchmarks.offline import library_transcribe, windowed_whisper_model
-    from bolt_agent.core.models import resolve_model
-    from bolt_agent.core.speech.asr_engine import WhisperEngine
-    from bolt_agent.core.speech.vad_segmenter import VadConfig, VadSegmenter
     from bolt_agent.nodes.asr_node import AsrParams
 
     p = AsrParams()
-    model_dir = resolve_model("", kind="asr")
-    ours = WhisperEngine(
-        model_dir, "cpu", cpu_threads=2, beam_size=p.beam_size,
-        encoder_window_s=p.encoder_window_s,
-    )  # fmt: skip
-    ours.load()
+    ours = node_whisper()
     ref = windowed_whisper_model(WhisperModel)(
-        str(model_dir), device="cpu", compute_type="int8", cpu_threads=2
+        str(ours.model_dir), device="cpu", compute_type="int8", cpu_threads=ours.cpu_threads
     )
 
     def faster_whisper(audio) -> str:
@@ -59,8 +51,7 @@ def run(seeds: list[int], limit: int = 0, log=print) -> dict[str, Any]:
     for i, (seed, text, x) in enumerate(spoken(seeds, log)):
         if limit and i >= limit:
             break
-        seg = VadSegmenter(VadConfig(speech_pad_ms=p.speech_pad_ms, min_silence_ms=1200))
-        audio = last_speculation(seg, x)
+        audio = speculative_audio(x, p.speech_pad_ms)
         if audio is None:
             continue
         row: dict[str, Any] = {"seed": seed, "text": text}

@@ -280,6 +280,21 @@ class AsrParams:
         high=3600.0,
     )
 
+    def whisper_engine(self, device: str = "", cpu_threads: int = 0) -> WhisperEngine:
+        """The engine these parameters describe, not loaded (benchmarks set the device and
+        the threads the stack gives it)."""
+        return WhisperEngine(
+            resolve_model(self.model, kind="asr"),
+            device or self.compute_device,
+            self.compute_type,
+            cpu_threads or self.cpu_threads,
+            self.language,
+            self.beam_size,
+            self.no_speech_threshold,
+            self.log_prob_threshold,
+            self.encoder_window_s,
+        )
+
 
 def _time(ns: int) -> Time:
     return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
@@ -327,18 +342,7 @@ class AsrNode(BoltLifecycleNode):
     def configure(self) -> TransitionCallbackReturn:
         p = self.params
         try:
-            model_dir = resolve_model(p.model, kind="asr")
-            engine = WhisperEngine(
-                model_dir,
-                p.compute_device,
-                p.compute_type,
-                p.cpu_threads,
-                p.language,
-                p.beam_size,
-                p.no_speech_threshold,
-                p.log_prob_threshold,
-                p.encoder_window_s,
-            )
+            engine = p.whisper_engine()
             engine.load()
         except (ModelNotFoundError, FileNotFoundError) as exc:
             self.record_failure("configure", f"ASR model missing: {exc}")
@@ -350,7 +354,7 @@ class AsrNode(BoltLifecycleNode):
             self.get_logger().warning(engine.fallback_reason)
         elif engine.device_reason:
             self.get_logger().info(engine.device_reason)
-        self._engine, self._model_name = engine, model_dir.name
+        self._engine, self._model_name = engine, engine.model_dir.name
         if p.end_of_turn == "semantic" and not p.speculative_final:
             self.get_logger().warning(
                 "end_of_turn semantic needs speculative_final: the words are judged from the "
@@ -386,7 +390,7 @@ class AsrNode(BoltLifecycleNode):
         elif p.publish_audio:
             self._audio_pub = self.create_publisher(AudioChunk, "audio/input", qos.AUDIO)
         self.get_logger().info(
-            f"whisper {model_dir.name} loaded ({engine.device}, {engine.compute_type}, "
+            f"whisper {engine.model_dir.name} loaded ({engine.device}, {engine.compute_type}, "
             f"{p.cpu_threads} thread(s))"
         )
         return TransitionCallbackReturn.SUCCESS

@@ -22,6 +22,16 @@ from typing import Any
 
 import numpy as np
 
+from bolt_agent.core.speech.whisper_ct2 import (
+    HOP,
+    MAX_FRAMES,
+    WhisperVocab,
+    decode_with_fallback,
+    encoder_input,
+    log_mel,
+    mel_filters,
+)
+
 _WORDLESS = re.compile(r"^[\W_]*$")
 
 
@@ -122,8 +132,6 @@ class WhisperEngine(AsrEngine):
         return "cpu", "CTranslate2 sees no CUDA device; using the CPU"
 
     def load(self) -> None:
-        from bolt_agent.core.speech.whisper_ct2 import WhisperVocab, mel_filters
-
         for name in ("model.bin", "tokenizer.json"):
             if not (self.model_dir / name).exists():
                 raise FileNotFoundError(f"whisper model file missing: {self.model_dir / name}")
@@ -159,28 +167,18 @@ class WhisperEngine(AsrEngine):
     def transcribe(self, audio: np.ndarray, final: bool = True) -> AsrResult | None:
         import ctranslate2
 
-        from bolt_agent.core.speech.whisper_ct2 import (
-            HOP,
-            MAX_FRAMES,
-            decode_with_fallback,
-            encoder_input,
-            log_mel,
-        )
-
         if self._model is None or self._filters is None:
             raise RuntimeError("WhisperEngine.load() was not called")
         audio = np.asarray(audio, dtype=np.float32).reshape(-1)
         if audio.size < 1600:  # under 0.1 s: nothing whisper can read
             return None
-        features = log_mel(audio, self._filters)
-        content = features.shape[-1] - 1  # whisper's content frames
+        content = log_mel(audio, self._filters)[:, :-1]  # whisper drops one more frame
         pieces, language = [], self.language
         if not self._model.is_multilingual:
             language = "en"  # an English-only model (*.en) has neither language nor task tokens
-        for seek in range(0, content, MAX_FRAMES):  # 30 s windows (one, for an utterance)
-            piece = features[:, seek : min(content, seek + MAX_FRAMES) + 1]
+        for seek in range(0, content.shape[-1], MAX_FRAMES):  # 30 s windows (one, usually)
             samples = min(audio.size - seek * HOP, MAX_FRAMES * HOP)
-            x = encoder_input(piece, self._encoder_frames(samples))
+            x = encoder_input(content[:, seek : seek + MAX_FRAMES], self._encoder_frames(samples))
             encoded = self._model.encode(ctranslate2.StorageView.from_array(x))
             if language is None:
                 language = self._model.detect_language(encoded)[0][0][0][2:-2]

@@ -64,12 +64,12 @@ def log_mel(audio: np.ndarray, filters: np.ndarray) -> np.ndarray:
     return (log + 4.0) / 4.0
 
 
-def encoder_input(features: np.ndarray, frames: int | None) -> np.ndarray:
-    """(1, n_mels, frames) encoder input: the content frames (whisper drops the last one more),
-    zero-padded to ``frames`` (None: whisper's 30 s)."""
+def encoder_input(content: np.ndarray, frames: int | None) -> np.ndarray:
+    """(1, n_mels, frames) encoder input: ``content`` frames zero-padded (or cut) to ``frames``
+    (None: whisper's 30 s)."""
     frames = MAX_FRAMES if frames is None else min(frames, MAX_FRAMES)
-    content = features[:, : max(0, features.shape[-1] - 1)][:, :frames]
-    out = np.zeros((1, features.shape[0], frames), dtype=np.float32)
+    content = content[:, :frames]
+    out = np.zeros((1, content.shape[0], frames), dtype=np.float32)
     out[0, :, : content.shape[-1]] = content
     return out
 

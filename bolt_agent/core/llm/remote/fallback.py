@@ -135,6 +135,7 @@ class FallbackSession(DecodeSession):
         local = self._local.stats  # type: ignore[union-attr]
         self.stats.generated = self._base[0] + local.generated
         self.stats.decode_s = self._base[1] + local.decode_s
+        self.stats.skipped_passes = local.skipped_passes
         if self.stats.first_token_at is None:
             self.stats.first_token_at = local.first_token_at
 
@@ -149,4 +150,4 @@ class FallbackSession(DecodeSession):
         self._remote.close()
         if self._local is not None:
             self._local.close()
-            self.stats.skipped_passes = self._local.stats.skipped_passes
+            self._sync()  # (the local session counts a skipped last pass at close)
