@@ -348,7 +348,20 @@ def test_readme_say_is_spoken(operator):
             for s in probe.tts
         )
 
+    def arrived() -> bool:  # tts_node publishes a state for every say it takes
+        return any(s.turn_id.startswith("teleop-say-") for s in probe.tts)
+
     run_readme("say")
+    try:
+        wait_until(arrived, 30, "a teleop-say state")
+    except AssertionError:  # never reached tts_node (see readme_prompt_turn): sent once more
+        tts_lines = [line for line in operator.launch.log().splitlines() if "tts_node" in line]
+        warnings.warn(
+            "the README say never reached tts_node: sent again; its last lines:\n"
+            + "\n".join(tts_lines[-20:]),
+            stacklevel=2,
+        )
+        run_readme("say")
     wait_until(spoken, 30, lambda: f"tts/state having said {text!r}; last: {probe.tts[-3:]}")
     assert probe.audio_chunks > audio_before  # sim: the voice goes out on audio/output
 
