@@ -182,6 +182,37 @@ def test_prewarm_is_skipped_when_a_newer_job_waits_and_while_a_turn_runs():
     assert seen and all(seen)
 
 
+def test_a_prewarm_says_when_it_is_over_whether_it_ran_was_skipped_failed_or_stopped():
+    """llm_node's start-up prefill: the stack waits on this event before the first user turn."""
+    h = Harness(["Answer."])
+    sched = h.scheduler
+    assert sched.prewarm("startup", "") is None  # not started: nothing queued, nothing to wait
+    sched.start()
+    ran = sched.prewarm("startup", "")
+    assert ran is not None and not ran.is_set()
+    calls: list[str] = []
+    real = h.runner.prewarm
+    h.runner.prewarm = lambda request: calls.append(request.turn_id) or real(request)
+    sched.run_pending()
+    assert ran.is_set() and calls == ["startup"]
+    skipped = sched.prewarm("u1", "what")  # a turn waits behind it: it gives way, and is over
+    sched.submit("u1", "what is that", NO_THINK, RecordingSink())
+    sched.run_pending()
+    assert skipped.is_set() and calls == ["startup"]
+
+    def fail(request):
+        raise RuntimeError("no memory")
+
+    h.runner.prewarm = fail
+    failed = sched.prewarm("u2", "")
+    sched.run_pending()
+    assert failed.is_set()
+    stopped = sched.prewarm("u3", "")
+    sched.stop()  # deactivated before the worker got to it
+    sched.run_pending()
+    assert stopped.is_set()
+
+
 def test_interrupted_turn_keeps_only_what_was_said_in_the_history():
     h = Harness(["First sentence here. Second sentence never heard."])
     h.scheduler.start()

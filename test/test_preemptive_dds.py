@@ -177,10 +177,12 @@ def stack(node_process, unique_ns):
         # now meets a ready model, as on a robot that has been up for a moment
         spin_until(
             ex,
-            lambda: int(robot.diag.get("llm_node", {}).get("cached_tokens", "0")) > 1000,
+            lambda: robot.diag.get("llm_node", {}).get("startup_prefill_done") == "true",
             60,
             lambda: f"llm_node's start-up prefill\n{logs()}",
         )
+        # the flag means what it says: the same report has the prompt in the cache
+        assert int(robot.diag["llm_node"]["cached_tokens"]) > 1000, robot.diag["llm_node"]
         yield robot, ex, logs
 
 

@@ -102,6 +102,10 @@ def test_bench_soak(tmp_path):
     assert [t["turn"] for t in turns] == list(range(1, TURNS + 1))
     assert all(t["outcome"] == "ok" and t["turn_id"].startswith("teleop-") for t in turns)
     assert set(data["soak"]["rss_ready"]["per_node_mb"]) >= {"tts_node", "asr_node", "llm_node"}
+    # "ready" came after llm_node's start-up prefill: the prompt was in its cache by then
+    llm_ready = data["soak"]["diagnostics_ready"]["llm_node"]
+    assert llm_ready["startup_prefill_done"] is True and llm_ready["cached_tokens"] > 1000
+    assert data["soak"]["not_ready"] == [] and data["soak"]["startup_work_s"] > 0
     assert math.isfinite(data["soak_rss_end_beyond_weights_mb"])
     # what the 100-turn soak found growing is gone: no native sampler chain waits for the cyclic
     # collector, no per-turn entry is left in the tool dispatcher (when the turns called tools)

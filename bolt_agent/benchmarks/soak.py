@@ -209,6 +209,10 @@ def run_soak(
             stack.send(cmd)
             return json.loads(stack.read(timeout))
 
+        # the start-up work the first turn no longer overlaps (llm_node's prompt prefill)
+        details["startup_work_s"] = ready["startup_work_s"]
+        details["not_ready"] = ready["not_ready"]
+        details["diagnostics_ready"] = ask("diagnostics")["diagnostics"]
         details["smaps_ready"] = ask("smaps")["smaps"]
         details["threads_ready"] = ask("threads")["threads"]
         details["modules_ready"] = ask("modules")["modules"]

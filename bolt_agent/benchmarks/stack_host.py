@@ -4,7 +4,9 @@ the console, with parameter overrides and RSS reporting).
     python -m bolt_agent.benchmarks.stack_host '{"profile": "reachy_mini", "overrides": {...}}'
 
 Prints one JSON line per event on stdout: ``{"event": "ready", "rss": {...}}`` once every node is
-active (RSS after each node's configure+activate, i.e. per node), then answers commands on stdin,
+active (RSS after each node's configure+activate, i.e. per node) and its start-up work is done
+(``StackSession.wait_ready``: llm_node's prefill of the system prompt, ``startup_work_s``; the
+RSS is taken after it), then answers commands on stdin,
 one JSON line each; ``quit`` (or EOF) shuts it down cleanly. Commands (the soak's probes,
 ``benchmarks/soak.py``):
 
@@ -42,6 +44,7 @@ import itertools
 import json
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +132,9 @@ def object_counts(minimum: int = 10) -> dict[str, int]:
         counts[f"{t.__module__}.{t.__qualname__}"] += 1
     return {k: v for k, v in counts.items() if v >= minimum}
 
+
+#: longest wait for the nodes' start-up work (the LLM's prefill: 3-4 s here)
+READY_TIMEOUT_S = 120.0
 
 _SIZED = (dict, list, set, frozenset, collections.deque, collections.OrderedDict)
 
@@ -410,9 +416,13 @@ def main(argv: list[str]) -> int:
 
         failed = session.bring_up(after_each=measure)  # no progress lines: stdout is JSON
         session.start()  # after the bring-up (see StackSession.bring_up)
+        t0 = time.monotonic()  # the first user turn waits for the start-up prefill, as a user would
+        late = session.wait_ready(READY_TIMEOUT_S) if not failed else []
         event = {
             "event": "ready" if not failed else "failed",
             "failed": failed,
+            "startup_work_s": round(time.monotonic() - t0, 3),
+            "not_ready": late,  # still busy after READY_TIMEOUT_S: the run goes on, reported
             "rss": {
                 "python_rclpy_mb": base["VmRSS"],
                 "after_construct_mb": built["VmRSS"],

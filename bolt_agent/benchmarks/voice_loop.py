@@ -483,6 +483,7 @@ def run_voice_loop(
     return {
         "turns": outcomes,
         "rss_ready": ready["rss"],
+        "startup_work_s": ready["startup_work_s"],  # the first turn waits for it (LLM prefill)
         "rss_end": rss_end,
         "diagnostics": diagnostics,
         "recording_s": len(audio) / RATE,

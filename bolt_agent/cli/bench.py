@@ -131,6 +131,9 @@ def run_bench(args) -> int:
     mb = model_bytes()
     rss = loop["rss_ready"]
     result["memory"] = {"rss_ready": rss, "rss_end": loop["rss_end"], "model_bytes": mb}
+    # between the nodes' activation and the first turn (llm_node's prefill of the prompt); the
+    # "ready" RSS is taken after it
+    result["startup_work_s"] = loop.get("startup_work_s")
     result["stack_rss_mb"] = loop["rss_end"]["VmRSS"] * 1.048576
     result["model_weights_mb"] = sum(mb.values()) / MB
     result["stack_rss_overhead_mb"] = result["stack_rss_mb"] - result["model_weights_mb"]

@@ -344,6 +344,7 @@ class AsrNode(BoltLifecycleNode):
         try:
             engine = p.whisper_engine()
             engine.load()
+            warm_up_s = engine.warm_up()
         except (ModelNotFoundError, FileNotFoundError) as exc:
             self.record_failure("configure", f"ASR model missing: {exc}")
             return TransitionCallbackReturn.FAILURE
@@ -391,7 +392,7 @@ class AsrNode(BoltLifecycleNode):
             self._audio_pub = self.create_publisher(AudioChunk, "audio/input", qos.AUDIO)
         self.get_logger().info(
             f"whisper {engine.model_dir.name} loaded ({engine.device}, {engine.compute_type}, "
-            f"{p.cpu_threads} thread(s))"
+            f"{p.cpu_threads} thread(s); warmed up in {warm_up_s:.2f} s)"
         )
         return TransitionCallbackReturn.SUCCESS
 

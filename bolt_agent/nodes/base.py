@@ -321,6 +321,12 @@ class _BoltNodeMixin(CallbackGuardMixin):
             if self.context.ok():
                 raise
 
+    def wait_ready(self, timeout: float) -> bool:
+        """Block up to ``timeout`` s until the node's start-up work that runs after activation
+        is done (llm_node's prefill of the system prompt); True when it is. A node without such
+        work is ready once active."""
+        return True
+
     def retry_until(self: Any, attempt: Callable[[], bool], period_s: float) -> None:
         """Call ``attempt`` now and then every ``period_s`` until it returns True (a device that
         is missing or busy at start-up); ``cancel_retry`` stops it."""

@@ -6,6 +6,7 @@ benchmark's stack host).
         session.add(monitor, user)            # extra nodes: owned, torn down with the stack
         failed = session.bring_up(progress=print)   # configure + activate, in order
         session.start()                       # executor spinning in a background thread
+        late = session.wait_ready(60)         # start-up work after activation (LLM prefill)
         ...
     # exit: lifecycle shutdown (reverse order), executor shut down, nodes destroyed, rclpy down
 
@@ -15,6 +16,7 @@ shutdown. The executor comes from ``nodes.runtime`` (the console scripts use the
 
 from __future__ import annotations
 
+import time
 import traceback
 from collections.abc import Callable
 
@@ -134,6 +136,18 @@ class StackSession:
         ``after_each(node)`` after every node.
         """
         return bring_up_all(self.stack_nodes, progress=progress, after_each=after_each)
+
+    def wait_ready(self, timeout: float) -> list[str]:
+        """Wait (up to ``timeout`` s in all) for every stack node's start-up work after
+        activation (``wait_ready``: llm_node's prefill of the system prompt); the names of the
+        nodes still not ready. Call it after ``start()`` and before the first user turn."""
+        deadline = time.monotonic() + timeout
+        late = []
+        for node in self.stack_nodes:
+            wait = getattr(node, "wait_ready", None)
+            if wait is not None and not wait(max(0.0, deadline - time.monotonic())):
+                late.append(_name(node))
+        return late
 
 
 def _name(node: Node) -> str:

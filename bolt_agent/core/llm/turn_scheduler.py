@@ -68,11 +68,13 @@ class TurnJob:
 
 @dataclass(frozen=True)
 class PrewarmJob:
-    """Prefill the prompt up to ``text`` (a partial transcript, or '' at speech start)."""
+    """Prefill the prompt up to ``text`` (a partial transcript, or '' at speech start).
+    ``done`` is set once the job is over, whether it prefilled, was skipped or failed."""
 
     utterance_id: str
     text: str
     generation: int = 0
+    done: threading.Event = field(default_factory=threading.Event, compare=False)
 
 
 @dataclass(frozen=True)
@@ -197,10 +199,15 @@ class TurnScheduler:
         self._cancelled(running, "new utterance (preemptive answer)")
         return turn.done if turn is not None else None
 
-    def prewarm(self, utterance_id: str, text: str) -> None:
+    def prewarm(self, utterance_id: str, text: str) -> threading.Event | None:
+        """Queue a prefill up to ``text``; the event set when it is over (None: not queued,
+        the scheduler is stopped or a turn is running)."""
         with self._lock:
             if self._active and not self.current_turn:
-                self._jobs.put(PrewarmJob(utterance_id, text, self.token.current_live()))
+                job = PrewarmJob(utterance_id, text, self.token.current_live())
+                self._jobs.put(job)
+                return job.done
+        return None
 
     def interrupted(self, turn_id: str, spoken_text: str) -> None:
         self._jobs.put(InterruptedJob(turn_id, spoken_text))
@@ -265,6 +272,13 @@ class TurnScheduler:
             n += 1
 
     def run_job(self, job: Job) -> None:
+        try:
+            self._run_job(job)
+        finally:
+            if isinstance(job, PrewarmJob):
+                job.done.set()
+
+    def _run_job(self, job: Job) -> None:
         if isinstance(job, ResetJob):  # also while deactivating: its caller waits for it
             job.done.set_result(self.runner.dialogue.clear())
             self._log.info("conversation reset")
