@@ -22,9 +22,6 @@ from bolt_agent.nodes.scripted_user import ScriptedUser
 from bolt_agent.stack.session import StackSession
 from bolt_agent.stack.spec import StackSpec
 
-#: longest wait for the nodes' start-up work after activation (the LLM's prefill: 3-4 s here)
-READY_TIMEOUT_S = 120.0
-
 
 def demo_lines(profile: str) -> list[str]:
     data = yaml.safe_load(profile_path(profile).read_text()) or {}
@@ -50,7 +47,7 @@ def run_stack(args) -> int:
                     user.load()
                 if not failed:  # the first answer is then as quick as the others
                     status.update("prefilling the system prompt…")
-                    late = session.wait_ready(READY_TIMEOUT_S)
+                    late = session.wait_ready()
                     if late:
                         console.print(f"[yellow]still busy starting up:[/] {', '.join(late)}")
             if failed:

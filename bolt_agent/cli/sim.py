@@ -56,7 +56,7 @@ def run_scenario(scenario: Scenario, out_dir: Path, console: Console) -> dict:
         if failed:
             raise RuntimeError(f"nodes failed to start: {', '.join(failed)}")
         user.load()
-        session.wait_ready(120)  # the system prompt prefilled: the first turn like the others
+        session.wait_ready()  # the system prompt prefilled: the first turn like the others
         llm = session.node("llm_node")
         default_choice = llm.get_parameter("tool_choice").value if llm else "auto"
         turns: list[TurnLog] = []

@@ -6,7 +6,7 @@ benchmark's stack host).
         session.add(monitor, user)            # extra nodes: owned, torn down with the stack
         failed = session.bring_up(progress=print)   # configure + activate, in order
         session.start()                       # executor spinning in a background thread
-        late = session.wait_ready(60)         # start-up work after activation (LLM prefill)
+        late = session.wait_ready()           # start-up work after activation (LLM prefill)
         ...
     # exit: lifecycle shutdown (reverse order), executor shut down, nodes destroyed, rclpy down
 
@@ -28,6 +28,9 @@ from rclpy.node import Node
 from bolt_agent.nodes import runtime
 from bolt_agent.stack.spec import StackSpec, bring_up_all, build_stack
 
+#: the longest wait for the nodes' start-up work after activation (llm_node's prefill of the
+#: system prompt: 3-4 s on 2 cores)
+READY_TIMEOUT_S = 120.0
 #: how long the exit waits for the background spin thread to return after the executor's shutdown
 _JOIN_TIMEOUT_S = 10.0
 
@@ -137,7 +140,7 @@ class StackSession:
         """
         return bring_up_all(self.stack_nodes, progress=progress, after_each=after_each)
 
-    def wait_ready(self, timeout: float) -> list[str]:
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> list[str]:
         """Wait (up to ``timeout`` s in all) for every stack node's start-up work after
         activation (``wait_ready``: llm_node's prefill of the system prompt); the names of the
         nodes still not ready. Call it after ``start()`` and before the first user turn."""
