@@ -127,8 +127,17 @@ def spinning_node(name: str, namespace: str = "") -> Iterator[Node]:
             thread.join(timeout=5.0)
 
 
-def wait_for_subscriber(executor: Executor, publisher, timeout: float = 10.0) -> None:
-    spin_until(executor, lambda: publisher.get_subscription_count() > 0, timeout, "a subscriber")
+def wait_for_subscriber(
+    executor: Executor, publisher, timeout: float = 10.0, count: int = 1
+) -> None:
+    """Until ``count`` subscriptions match ``publisher`` (a node may subscribe one topic twice:
+    llm_node's latched and volatile ``teleop/mute``)."""
+    spin_until(
+        executor,
+        lambda: publisher.get_subscription_count() >= count,
+        timeout,
+        f"{count} subscription(s)",
+    )
 
 
 def wait_for_publisher(executor: Executor, subscription, timeout: float = 10.0) -> None:

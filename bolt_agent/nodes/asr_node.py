@@ -344,7 +344,6 @@ class AsrNode(BoltLifecycleNode):
         try:
             engine = p.whisper_engine()
             engine.load()
-            warm_up_s = engine.warm_up()
         except (ModelNotFoundError, FileNotFoundError) as exc:
             self.record_failure("configure", f"ASR model missing: {exc}")
             return TransitionCallbackReturn.FAILURE
@@ -355,6 +354,13 @@ class AsrNode(BoltLifecycleNode):
             self.get_logger().warning(engine.fallback_reason)
         elif engine.device_reason:
             self.get_logger().info(engine.device_reason)
+        try:  # an optimisation: a failure is loud, not fatal (each job reports its own)
+            warm_up = f"warmed up in {engine.warm_up():.2f} s"
+        except Exception as exc:
+            warm_up = "warm-up failed"
+            self.record_failure(
+                "warm_up", f"whisper's warm-up transcription failed (so will utterances): {exc!r}"
+            )
         self._engine, self._model_name = engine, engine.model_dir.name
         if p.end_of_turn == "semantic" and not p.speculative_final:
             self.get_logger().warning(
@@ -392,7 +398,7 @@ class AsrNode(BoltLifecycleNode):
             self._audio_pub = self.create_publisher(AudioChunk, "audio/input", qos.AUDIO)
         self.get_logger().info(
             f"whisper {engine.model_dir.name} loaded ({engine.device}, {engine.compute_type}, "
-            f"{p.cpu_threads} thread(s); warmed up in {warm_up_s:.2f} s)"
+            f"{p.cpu_threads} thread(s); {warm_up})"
         )
         return TransitionCallbackReturn.SUCCESS
 
