@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 from test_diagnostics import Diagnostics
 
@@ -34,6 +35,17 @@ LONG = (
 RATE = 16000
 PAREC = ("parec", "--format=s16le", f"--rate={RATE}", "--channels=1", "--raw", "--latency-msec=20")
 LOUD = 1000  # int16 peak of a 20 ms window that counts as speech (a null sink is exact zeros)
+
+
+#: every status the node publishes, not only the last: with the latched profile's depth 1 the
+#: reader kept "audio output unavailable" and dropped "audio output lost", which the node had
+#: published 15 ms earlier (once in a fresh-clone run)
+STATUS_HISTORY = QoSProfile(
+    depth=50,
+    reliability=ReliabilityPolicy.RELIABLE,
+    durability=DurabilityPolicy.TRANSIENT_LOCAL,
+    history=HistoryPolicy.KEEP_LAST,
+)
 
 
 def figure(name: str, value: float, unit: str = " s") -> None:
@@ -103,7 +115,7 @@ def test_tts_device_vanishing_mid_sentence_is_reported_and_speech_resumes_on_it(
                 String,
                 f"{unique_ns}/tts_node/status",
                 lambda m: statuses.append(json.loads(m.data)),
-                qos.LATCHED,
+                STATUS_HISTORY,
             )
             states: list[TtsState] = []
             node.create_subscription(TtsState, f"{unique_ns}/tts/state", states.append, qos.LATCHED)
