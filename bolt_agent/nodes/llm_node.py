@@ -488,7 +488,7 @@ class LlmNode(BoltLifecycleNode):
             # tokens in the KV cache: the start-up prefill of system prompt + examples is done
             # once this is past them (the first answer is then fast)
             "cached_tokens": getattr(getattr(engine, "_llm", None), "n_tokens", 0),
-            "startup_prefill_done": self._startup_prefill is None or self._startup_prefill.is_set(),
+            "startup_prefill_done": self.wait_ready(0),  # never blocks at 0
             **{f"preemptive_{k}": v for k, v in self.preemptive.items()},
             **{f"barge_ins_{k}": v for k, v in self.barge_ins.items()},
         }
