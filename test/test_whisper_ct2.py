@@ -1,6 +1,8 @@
 """Whisper on CTranslate2 without faster-whisper (core/speech/whisper_ct2): the same features,
 suppressed tokens and transcripts as faster-whisper's ``WhisperModel.transcribe`` (the
-reference, imported here only), and an ASR path that imports neither faster-whisper nor PyAV."""
+reference, imported here only), the same token ids and texts as the ``tokenizers`` package
+(core/speech/byte_bpe), and an ASR path that imports neither faster-whisper, PyAV nor
+tokenizers."""
 
 from __future__ import annotations
 
@@ -56,6 +58,38 @@ def test_suppressed_tokens_are_faster_whispers():
         vocab.language("xx")
 
 
+def test_byte_bpe_encodes_and_decodes_as_the_tokenizers_package():
+    """Every vocabulary entry's text and a set of awkward texts encode to the same ids, and
+    every id and random id sequences (split UTF-8 sequences included) decode to the same text."""
+    import random
+
+    import tokenizers
+
+    from bolt_agent.core.speech.byte_bpe import ByteLevelTokenizer
+
+    path = resolve_model("", kind="asr") / "tokenizer.json"
+    hf, ours = tokenizers.Tokenizer.from_file(str(path)), ByteLevelTokenizer(path)
+    n = len(ours.decoder) - 1  # the last entry is <|endoftext|>: special, not text
+    assert n == 50257
+    assert [ours.decode([i]) for i in range(n)] == [hf.decode([i]) for i in range(n)]
+    rng = random.Random(0)
+    for _ in range(500):
+        ids = [rng.randrange(n) for _ in range(rng.randrange(1, 24))]
+        assert ours.decode(ids) == hf.decode(ids), ids
+
+    texts = [hf.decode([i]) for i in range(n)] + [
+        " I would like to buy, a long sword and a shield, please.",
+        "It's 3.5 km—don't you think? CAN'T, I'LL, we've",
+        "naïve café ½ Ⅻ ² १२३ ٣٤",
+        "under_score __init__  multiple   spaces\n\nnew\tlines ",
+        "♪♪ ♪ [MUSIC] (speaking foreign language) 日本語 😀👍🏽",
+        "<|en|> a special token <|endoftext|>in text",
+    ]
+    encode = ours.encoder().encode
+    wrong = [t for t in texts if encode(t) != hf.encode(t, add_special_tokens=False).ids]
+    assert wrong == [], wrong[:5]
+
+
 @pytest.mark.slow
 def test_transcripts_are_faster_whispers(speech_wav):  # noqa: F811
     """Same words, same confidence (to rounding), on Piper speech, with the node's encoder
@@ -91,7 +125,7 @@ def test_transcripts_are_faster_whispers(speech_wav):  # noqa: F811
 @pytest.mark.slow
 def test_the_asr_path_imports_neither_faster_whisper_nor_pyav(speech_wav):  # noqa: F811
     """asr_node's module, its VAD and its engine, loaded and run: faster-whisper (and PyAV,
-    huggingface_hub, which it imports) stay out of the process."""
+    huggingface_hub, which it imports) and tokenizers stay out of the process."""
     first, last = speech_wav.truth[0]
     np.save(speech_wav.path.with_suffix(".npy"), speech_wav.audio[first - 4000 : last + 1600])
     code = f"""
@@ -106,7 +140,8 @@ probs = SileroStream().load()(audio[: len(audio) // 512 * 512])
 engine = WhisperEngine(resolve_model("", kind="asr"), "cpu")
 engine.load()
 print(json.dumps({{"text": engine.transcribe(audio).text, "speech": float(probs.max()),
-    "loaded": [m for m in ("faster_whisper", "av", "huggingface_hub") if m in sys.modules]}}))
+    "loaded": [m for m in ("faster_whisper", "av", "huggingface_hub", "tokenizers")
+               if m in sys.modules]}}))
 """
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
