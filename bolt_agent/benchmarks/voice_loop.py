@@ -276,16 +276,33 @@ class Listener:
         self.preemptive: list[tuple[str, float]] = []  # turns that began held (first message)
         self.discards: list[tuple[str, float]] = []  # held turns dropped unheard
         n = self.node
-        n.create_subscription(Transcript, "asr/transcript", self._on_text, RELIABLE)
-        n.create_subscription(VoiceActivity, "asr/voice_activity", self._on_va, RELIABLE)
-        n.create_subscription(TurnMetrics, "bolt/turn_metrics", self._on_metrics, RELIABLE)
-        n.create_subscription(TtsState, "tts/state", self._on_tts, LATCHED)
-        n.create_subscription(SpokenText, "speech/say", self._on_say, RELIABLE)
+        self._subs = [
+            n.create_subscription(Transcript, "asr/transcript", self._on_text, RELIABLE),
+            n.create_subscription(VoiceActivity, "asr/voice_activity", self._on_va, RELIABLE),
+            n.create_subscription(TurnMetrics, "bolt/turn_metrics", self._on_metrics, RELIABLE),
+            n.create_subscription(TtsState, "tts/state", self._on_tts, LATCHED),
+            n.create_subscription(SpokenText, "speech/say", self._on_say, RELIABLE),
+        ]
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(n)
         self._stop = threading.Event()
         self._spin = threading.Thread(target=self._spin_loop, daemon=True)
         self._spin.start()
+
+    def wait_matched(self, timeout: float) -> list[str]:
+        """Wait until every subscription has a publisher (the stack's): a sample published
+        before its reader matched is lost, and the first turn starts right after "ready" (one
+        run lost the first turn's transcript so). Returns the topics still unmatched."""
+        deadline = time.monotonic() + timeout
+        while True:
+            missing = [s.topic_name for s in self._subs if not self._publishers(s)]
+            if not missing or time.monotonic() > deadline:
+                return missing
+            time.sleep(0.05)
+
+    def _publishers(self, sub) -> int:
+        count = getattr(sub, "get_publisher_count", None)  # matched readers (not in Humble)
+        return count() if count else self.node.count_publishers(sub.topic_name)
 
     def _spin_loop(self) -> None:
         while not self._stop.is_set():
@@ -459,6 +476,9 @@ def run_voice_loop(
         if ready["event"] != "ready":
             raise RuntimeError(f"stack failed to start: {ready['failed']} (see {work}/stack.log)")
         listener = Listener()
+        unmatched = listener.wait_matched(30)
+        if unmatched:
+            log(f"warning: no publisher matched on {unmatched} after 30 s; playing anyway")
         outcomes = []
         with open(work / "turns.jsonl", "w") as saved:  # kept even if a later step fails
             for i in range(turns):
