@@ -79,7 +79,7 @@ def _shared(a: list[int], b: list[int]) -> int:
     return n
 
 
-def test_rollback_without_checkpoint_prefills_from_the_start(model_path):
+def test_rollback_without_checkpoint_prefills_from_the_start(model_path, caplog):
     eng = _engine(model_path)
     try:
         first = eng.start(HISTORY + " Question: where is the cup?")
@@ -88,6 +88,7 @@ def test_rollback_without_checkpoint_prefills_from_the_start(model_path):
         second = eng.start(HISTORY + " Question: where is the plate?")
         assert eng.swa_guard.refilled == 1
         assert second.stats.reused_tokens == 0
+        assert "the whole prompt is prefilled again" in caplog.text  # said, not only counted
     finally:
         eng.close()
 
@@ -147,6 +148,32 @@ def test_a_stable_prefix_checkpoint_serves_a_prompt_that_departs_far_back(model_
     assert (restored, refilled) == (1, 0) and n_history - 2 <= reused <= n_history
     reused, restored, refilled, _ = run(mark=False)
     assert refilled == 1 and reused == 0  # everything prefilled again
+
+
+def test_the_stable_prefix_checkpoint_is_taken_when_the_cache_already_ends_there(model_path):
+    """llm_node's order on a silence: the end-of-turn probe prefills the history and the words
+    (the cache then ends where the words begin), and the turn puts its few-shot examples in
+    before the words: the cache is reused exactly up to the stable prefix. Its checkpoint must
+    still be taken there, or the next turn, departing far back, prefills everything again."""
+    examples = " ".join(f"Example {i}: a nod is a happy animation." for i in range(40))
+    eng = _engine(model_path)
+    try:
+        probe = eng.start(HISTORY + " Question: where is the cup?")  # the probe's prefill
+        eng.mark_stable(HISTORY)
+        first = eng.start(HISTORY + " " + examples + " Question: where is the cup?")
+        guard, n_history = eng.swa_guard, len(eng.tokenize(HISTORY))
+        # reused exactly up to the anchor (where the examples go in), and checkpointed there
+        assert n_history - 2 <= first.stats.reused_tokens <= n_history
+        assert guard.pos == first.stats.reused_tokens, (guard.pos, first.stats.reused_tokens)
+        assert probe.stats.prompt_tokens > n_history
+        first.sample(GREEDY)
+        first.sample(GREEDY)
+        first.force(" " + THOUGHT[:400])
+        second = eng.start(HISTORY + " Then the user asked about the plate. Question: is it red?")
+        assert (guard.restored, guard.refilled) == (1, 0), (guard.restored, guard.refilled)
+        assert n_history - 2 <= second.stats.reused_tokens <= n_history
+    finally:
+        eng.close()
 
 
 def test_a_sampled_token_is_handed_out_before_its_forward_pass(model_path):

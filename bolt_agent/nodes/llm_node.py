@@ -489,6 +489,10 @@ class LlmNode(BoltLifecycleNode):
             # once this is past them (the first answer is then fast)
             "cached_tokens": getattr(getattr(engine, "_llm", None), "n_tokens", 0),
             "startup_prefill_done": self.wait_ready(0),  # never blocks at 0
+            # rollbacks past the small sliding-window cache: served by the checkpoint, or a
+            # prefill of the whole prompt (seconds on a CPU; should stay 0 in a conversation)
+            "swa_restored": getattr(engine.swa_guard, "restored", 0),
+            "swa_full_prefills": getattr(engine.swa_guard, "refilled", 0),
             **{f"preemptive_{k}": v for k, v in self.preemptive.items()},
             **{f"barge_ins_{k}": v for k, v in self.barge_ins.items()},
         }

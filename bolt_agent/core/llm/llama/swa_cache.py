@@ -16,11 +16,13 @@ checkpoint. Without a usable checkpoint it asks for a full prefill (correct, slo
 from __future__ import annotations
 
 import ctypes
+import logging
 
 from llama_cpp import llama_cpp as capi
 
 SWA_ONLY = capi.LLAMA_STATE_SEQ_FLAGS_SWA_ONLY
 SEQ = 0  # the engine decodes one sequence
+log = logging.getLogger(__name__)
 
 
 class SwaGuard:
@@ -72,6 +74,10 @@ class SwaGuard:
                 self._checked_pos_min = self._pos_min
                 return k
         self.refilled += 1
+        log.warning(
+            f"sliding-window cache: no checkpoint for a rollback to {keep} tokens (checkpoint at "
+            f"{self.pos}, cache from {self._checked_pos_min}): the whole prompt is prefilled again"
+        )
         return 0
 
     def checkpoint(self) -> None:
