@@ -76,7 +76,8 @@ class SwaGuard:
         self.refilled += 1
         log.warning(
             f"sliding-window cache: no checkpoint for a rollback to {keep} tokens (checkpoint at "
-            f"{self.pos}, cache from {self._checked_pos_min}): the whole prompt is prefilled again"
+            f"{self.pos} holding from {self._pos_min}, live cache from {self._checked_pos_min}, "
+            f"window {self.n_swa}): the whole prompt is prefilled again"
         )
         return 0
 
