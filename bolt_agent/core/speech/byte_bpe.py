@@ -138,21 +138,25 @@ class ByteLevelEncoder:
 
 class ByteLevelTokenizer:
     """A ``tokenizer.json`` kept small: special tokens and the decoder resident, the encoder
-    built on demand (``encoder()``) for one-off work such as suppression lists."""
+    built on demand (``encoder()``) for one-off work such as suppression lists.
+    ``keep_encoder``: the first ``encoder()`` call reuses the parse made at load (one read of
+    the file for a caller that encodes once, right after loading)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, keep_encoder: bool = False) -> None:
         self.path = Path(path)
-        data = _read(self.path)
-        added = json.dumps({t["content"]: t["id"] for t in data.get("added_tokens", [])})
-        self.decoder = ByteLevelDecoder(data["model"]["vocab"])
-        del data  # before the kept small objects are made: they would pin the parse's pages
-        self.added: dict[str, int] = json.loads(added)
+        model = (data := _read(self.path))["model"]
+        self.added: dict[str, int] = {t["content"]: t["id"] for t in data.get("added_tokens", [])}
+        self.decoder = ByteLevelDecoder(model["vocab"])
+        self._loaded = self._encoder(model) if keep_encoder else None
 
     def token_to_id(self, token: str) -> int | None:
         return self.added.get(token)
 
     def encoder(self) -> ByteLevelEncoder:
-        model = _read(self.path)["model"]
+        loaded, self._loaded = self._loaded, None  # handed out once: not kept resident
+        return loaded or self._encoder(_read(self.path)["model"])
+
+    def _encoder(self, model: dict) -> ByteLevelEncoder:
         return ByteLevelEncoder(
             model["vocab"], model["merges"], self.added, bool(model.get("ignore_merges"))
         )

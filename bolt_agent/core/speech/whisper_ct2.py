@@ -81,7 +81,7 @@ class WhisperVocab:
     (``byte_bpe``: ~8 MiB less in the node than the ``tokenizers`` package)."""
 
     def __init__(self, tokenizer_json: str | Path) -> None:
-        self._tok = ByteLevelTokenizer(tokenizer_json)
+        self._tok = ByteLevelTokenizer(tokenizer_json, keep_encoder=True)
         self.eot = self._id("<|endoftext|>")
         self.sot = self._id("<|startoftranscript|>")
         self.transcribe = self._id("<|transcribe|>")
@@ -92,6 +92,7 @@ class WhisperVocab:
         self.no_speech = self._tok.token_to_id("<|nospeech|>")
         if self.no_speech is None:  # older conversions
             self.no_speech = self._id("<|nocaptions|>")
+        self._suppressed = self._suppression_list()  # with the encoder of the load's parse
 
     def _id(self, token: str) -> int:
         got = self._tok.token_to_id(token)
@@ -102,16 +103,15 @@ class WhisperVocab:
     def language(self, code: str) -> int:
         return self._id(f"<|{code}|>")
 
-    def encode(self, text: str) -> list[int]:
-        """One-off: reads the merges each call (``suppressed`` keeps one encoder for all)."""
-        return self._tok.encoder().encode(text)
-
     def decode(self, tokens: list[int]) -> str:
         return self._tok.decode([t for t in tokens if t < self.eot])
 
     def suppressed(self) -> list[int]:
         """Whisper's default suppression (``suppress_tokens=[-1]``): symbols of non-speech
         annotations ("♪", "[MUSIC]", "(speaking foreign language)") and the task tokens."""
+        return list(self._suppressed)
+
+    def _suppression_list(self) -> list[int]:
         symbols = list('"#()*+/:;<=>@[\\]^_`{|}~「」『』')
         symbols += [
             "<<",
@@ -136,7 +136,7 @@ class WhisperVocab:
             "♪♪♪",
         ]
         miscellaneous = set("♩♪♫♬♭♮♯")  # multi-token: their shared first token is enough
-        encode = self._tok.encoder().encode  # the merges, for this list only
+        encode = self._tok.encoder().encode  # the merges, for this list only (then dropped)
         result = {encode(" -")[0], encode(" '")[0]}
         for symbol in symbols + sorted(miscellaneous):
             for tokens in (encode(symbol), encode(" " + symbol)):

@@ -270,11 +270,12 @@ class LlamaSession(DecodeSession):
             return
         llm.n_tokens = keep  # Llama.eval drops cache entries from n_tokens on
         self.stats.reused_tokens = keep
+        # (safe_keep dropped any checkpoint past keep: one at the anchor means keep == anchor)
         if (
             guard is not None
             and anchor is not None
             and keep <= anchor < len(prompt)
-            and (keep < anchor or guard.pos != anchor)
+            and guard.pos != anchor
         ):
             # the SWA checkpoint at the stable prefix: the next turn's prompt departs from this
             # one there (this turn's few-shot examples go), further back than the small
