@@ -5,8 +5,9 @@ Whisper's node needs the tokenizer for two things: the text of the generated tok
 utterance) and the ids of a few dozen symbols to suppress (once, at load). Importing
 ``tokenizers`` and loading whisper's 50k-token BPE cost 5.5 + 18.7 MiB in a bare process; with
 this module the whisper engine, loaded, warmed up and trimmed, holds 120.5 instead of 128.4 MiB.
-Decoding keeps one bytes blob and an offset array (~0.6 MiB); the merges needed to encode are
-read only when an encoder is asked for, and dropped with it.
+Decoding keeps one bytes blob and an offset array (~0.6 MiB); the merges needed to encode live
+only as long as the encoder that uses them (whisper's vocabulary builds its suppression list
+with the load's parse, then drops it).
 
 ``test_whisper_ct2`` checks both directions against ``tokenizers`` on the whole vocabulary."""
 
