@@ -164,7 +164,7 @@ def test_the_stable_prefix_checkpoint_is_taken_when_the_cache_already_ends_there
         guard, n_history = eng.swa_guard, len(eng.tokenize(HISTORY))
         # reused exactly up to the anchor (where the examples go in), and checkpointed there
         assert n_history - 2 <= first.stats.reused_tokens <= n_history
-        assert guard.pos == first.stats.reused_tokens, (guard.pos, first.stats.reused_tokens)
+        assert guard.anchor_pos == first.stats.reused_tokens, guard.held()
         assert probe.stats.prompt_tokens > n_history
         first.sample(GREEDY)
         first.sample(GREEDY)
@@ -207,5 +207,91 @@ def test_a_sampled_token_is_handed_out_before_its_forward_pass(model_path):
             ref.append(int(np.argmax(np.ctypeslib.as_array(logits, (n_vocab,)))))
             eng.llm.eval([ref[-1]])
         assert ids == ref
+    finally:
+        eng.close()
+
+
+EXAMPLES = " ".join(f"Example {i}: a nod is a happy animation." for i in range(40))
+# a turn without few-shot exchanges whose prompt still runs far past the history (~400 tokens)
+SCENE = " ".join(f"Scene note {i}: the lamp is on and the door is shut." for i in range(35))
+
+
+def test_a_rollback_the_cache_covers_cuts_the_checkpoint_back_instead_of_dropping_it(model_path):
+    """The end-of-turn probe rolls back a word or two, before the held answer's checkpoint; the
+    live cache still holds that window, so nothing is restored. The checkpoint is cut back to
+    the probe's point (the K/V of a position depends only on the tokens up to it), and serves a
+    later rollback there once a long generation has overwritten the window."""
+    eng = _engine(model_path)
+    try:
+        guard = eng.swa_guard
+        held = eng.start(HISTORY + " Question: where is the cup?")
+        held.sample(GREEDY)
+        held.sample(GREEDY)  # the recent checkpoint, at the prompt's end
+        taken = guard.held()["recent"][0]
+        probe = eng.start(HISTORY + " Question: where is the plate?")
+        keep = probe.stats.reused_tokens
+        assert 0 < keep < taken and (guard.restored, guard.refilled) == (0, 0)
+        assert guard.held()["recent"][0] == keep  # cut back, not dropped
+        probe.sample(GREEDY)  # one token: this session takes no checkpoint of its own
+        probe.force(" " + THOUGHT)  # overwrites the window before `keep`
+        assert _pos_min(eng) > keep - guard.n_swa
+        later = eng.start(HISTORY + " Question: where is the bowl?")
+        assert (guard.restored, guard.refilled) == (1, 0), (guard.restored, guard.refilled)
+        assert later.stats.reused_tokens == keep
+    finally:
+        eng.close()
+
+
+@pytest.mark.parametrize("speculative", ["none", "ngram"])
+def test_a_second_token_checkpoint_leaves_the_stable_prefix_one(model_path, speculative):
+    """The held preemptive answer to the first half of a sentence has no few-shot exchange, so
+    no anchor: its second-token checkpoint must not replace the anchor checkpoint the
+    start-of-speech prefill took. Here its prompt runs ~400 tokens past the history, so its
+    own checkpoint no longer holds the window there; the next turn, departing at the history's
+    end, is served by the anchor one (with one slot: the whole prompt prefilled again).
+    Also through the speculative decoder, which the Jetson profile runs (DFlash)."""
+    eng = _engine(model_path, speculative=speculative)
+    try:
+        guard, n_history = eng.swa_guard, len(eng.tokenize(HISTORY))
+        eng.mark_stable(HISTORY)
+        eng.start(HISTORY + " " + EXAMPLES + " Question: where is the cup?")
+        anchor = guard.anchor_pos
+        assert n_history - 2 <= anchor <= n_history
+        held = eng.start(HISTORY + " " + SCENE + " Question: where is the cup?")
+        held.sample(GREEDY)
+        held.sample(GREEDY)
+        recent_pos, recent_min = guard.held()["recent"]
+        assert recent_pos > anchor and recent_min > anchor - guard.n_swa  # can't serve it
+        held.force(" " + THOUGHT[:400])
+        assert guard.anchor_pos == anchor
+        restored = guard.restored
+        nxt = eng.start(HISTORY + " Then the user asked about the plate. Question: is it red?")
+        assert (guard.restored - restored, guard.refilled) == (1, 0), guard.held()
+        assert n_history - 2 <= nxt.stats.reused_tokens <= anchor
+    finally:
+        eng.close()
+
+
+def test_an_anchor_checkpoint_from_a_cache_that_lost_the_window_keeps_the_older_one(model_path):
+    """A cache rebuilt from a later checkpoint holds fewer than n_swa positions before a new
+    stable prefix (a 20-turn run: 448 of 512). A checkpoint taken there serves no rollback to
+    it, so the older anchor checkpoint, which does, stays. (The state is made directly: a
+    rollback on the live cache past its window, which the engine itself never decodes on.)"""
+    eng = _engine(model_path)
+    try:
+        guard, llm = eng.swa_guard, eng.llm
+        eng.mark_stable(HISTORY)
+        first = eng.start(HISTORY + " " + EXAMPLES + " Question: where is the cup?")
+        anchor = guard.anchor_pos
+        first.sample(GREEDY)
+        first.force(" " + THOUGHT)  # the live cache is now far past the examples
+        later_anchor = _pos_min(eng) + 100  # inside the examples: the same tokens
+        assert anchor < later_anchor < first.stats.prompt_tokens - 10
+        llm.n_tokens = later_anchor
+        llm.eval([])  # drops the cells from there on
+        assert _pos_min(eng) > max(-1, later_anchor - guard.n_swa)  # cells left, too few
+        guard.checkpoint(anchor=True)
+        assert guard.anchor_pos == anchor and guard.kept_anchor == 1
+        assert guard._serves(guard._anchor, later_anchor) == anchor  # it still serves there
     finally:
         eng.close()

@@ -78,6 +78,13 @@ def build_plan(profile: dict[str, Any] | None = None, distinct: int | None = Non
             f" SWA x pad(n_swa {shape.n_swa} + n_ubatch {n_ubatch}, 256) cells, the rest x "
             f"{ctx}) x heads_kv x (k+v) in {cache}",
         }
+    if not settings["swa_full"]:  # SwaGuard's two host copies of the SWA cells (anchor, recent)
+        swa = shape.kv_bytes(4096, n_ubatch, False, cache)["swa"]
+        c["swa_checkpoints"] = {
+            "bytes": 2 * swa,
+            "derivation": "2 x the SWA layers' cells (the anchor and the recent checkpoint), "
+            "host copies",
+        }
     c["compute_logits"] = {
         "bytes": shape.compute_bytes(n_ubatch),
         "derivation": f"4 B x n_ubatch {n_ubatch} x (n_vocab {shape.n_vocab} + 2 x n_embd)",

@@ -493,6 +493,8 @@ class LlmNode(BoltLifecycleNode):
             # prefill of the whole prompt (seconds on a CPU; should stay 0 in a conversation)
             "swa_restored": getattr(engine.swa_guard, "restored", 0),
             "swa_full_prefills": getattr(engine.swa_guard, "refilled", 0),
+            # a stable-prefix checkpoint not taken (the cache had lost the window before it)
+            "swa_anchor_kept": getattr(engine.swa_guard, "kept_anchor", 0),
             **{f"preemptive_{k}": v for k, v in self.preemptive.items()},
             **{f"barge_ins_{k}": v for k, v in self.barge_ins.items()},
         }

@@ -256,26 +256,20 @@ class LlamaSession(DecodeSession):
         self.stats.prefill_s = time.monotonic() - t0
 
     def _prefill(self, prompt: list[int], anchor: int | None = None) -> None:
-        llm = self._llm
-        keep = _common_prefix(llm._input_ids, prompt)  # tokens whose K/V are in the cache
+        keep = _common_prefix(self._llm._input_ids, prompt)  # tokens whose K/V are in the cache
         keep = min(keep, len(prompt) - 1)  # at least one token to decode for fresh logits
+        if self._spec:
+            keep = self._spec.reusable(keep)  # (the drafter's own state may lag)
         guard = self._engine.swa_guard
         if guard is not None:  # a small sliding-window cache may have lost the window
             keep = guard.safe_keep(keep)
-        if self._spec:
-            reused = self._spec.prefill(prompt, keep)
-            if guard is not None and reused < keep and not guard.covers(reused):
-                reused = self._spec.prefill(prompt, 0)
-            self.stats.reused_tokens = reused
-            return
-        llm.n_tokens = keep  # Llama.eval drops cache entries from n_tokens on
         self.stats.reused_tokens = keep
-        # (safe_keep dropped any checkpoint past keep: one at the anchor means keep == anchor)
+        # (safe_keep cut back every checkpoint past keep: one at the anchor means keep == anchor)
         if (
             guard is not None
             and anchor is not None
             and keep <= anchor < len(prompt)
-            and guard.pos != anchor
+            and guard.anchor_pos != anchor
         ):
             # the SWA checkpoint at the stable prefix: the next turn's prompt departs from this
             # one there (this turn's few-shot examples go), further back than the small
@@ -284,14 +278,20 @@ class LlamaSession(DecodeSession):
             # the history and the words, and the examples go in before the words): without
             # it the checkpoint came at the second token, past the examples, where no later
             # prompt goes back to (one 10.9 s full prefill in a 20-turn bench run)
-            llm.eval(prompt[keep:anchor])  # (nothing at the anchor: drops the cells after it)
-            guard.checkpoint()
-            self._checkpointed = True
-            llm.eval(prompt[anchor:])
-            return
-        if guard is not None and anchor is not None and guard.pos == anchor:
+            self._decode(prompt[:anchor], keep)  # (nothing at the anchor: drops what follows)
+            guard.checkpoint(anchor=True)
+            keep = anchor
+        if guard is not None and anchor is not None and guard.anchor_pos == anchor:
             self._checkpointed = True  # this turn's stable-prefix checkpoint stands (step 2)
-        llm.eval(prompt[keep:])
+        self._decode(prompt, keep)
+
+    def _decode(self, tokens: list[int], keep: int) -> None:
+        """Decode ``tokens[keep:]`` after the first ``keep`` cached ones."""
+        if self._spec:
+            self._spec.prefill(tokens, keep)
+        else:
+            self._llm.n_tokens = keep  # Llama.eval drops cache entries from n_tokens on
+            self._llm.eval(tokens[keep:])
 
     def _checkpoint_once(self) -> None:
         """SWA checkpoint when the second token is asked for (off the time to first token)."""

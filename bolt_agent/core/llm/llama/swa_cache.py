@@ -8,21 +8,47 @@ more than ``n_ubatch`` tokens past that point (a long thought that the next prom
 repeat) has overwritten them, and decoding on would silently attend to a truncated window.
 
 ``SwaGuard`` does what llama-server does with its context checkpoints: it saves the SWA cells
-once per generation (when the second token is requested: off the time to first token) and
-restores them when a rollback reaches before the cached window; the prefill then restarts at the
-checkpoint. Without a usable checkpoint it asks for a full prefill (correct, slow) and counts it.
+and restores them when a rollback reaches before the cached window; the prefill then restarts at
+the checkpoint. Without a usable checkpoint it asks for a full prefill (correct, slow: ~10 s for
+3K tokens on two cores), logs and counts it.
+
+Two checkpoints, because one was not enough (a 9-10 s prefill in 4 of 6 twenty-turn runs):
+
+- the *anchor* one, at the stable prefix a turn marks (``TextEngine.mark_stable``: the history
+  before this turn's few-shot exchange, where the next prompts depart). Only another anchor
+  checkpoint replaces it, and not one taken from a cache that has itself lost that window;
+- the *recent* one, when a generation asks for its second token (off the time to first token),
+  for prompts that carry on after this one's end (a turn without few-shot exchanges).
+
+A held preemptive answer has no few-shot exchange: with one slot, its second-token checkpoint
+replaced the anchor one, and the next rollback to the anchor found nothing. A rollback to a point
+before a checkpoint *cuts it back* to that point while it still holds the window there (the K/V
+of a position depends only on the tokens up to it): dropping it instead lost the anchor
+checkpoint to the end-of-turn probe's one-word rollbacks.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
+from dataclasses import dataclass
 
 from llama_cpp import llama_cpp as capi
 
 SWA_ONLY = capi.LLAMA_STATE_SEQ_FLAGS_SWA_ONLY
 SEQ = 0  # the engine decodes one sequence
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Checkpoint:
+    """The SWA cells of one cache state: positions [pos_min, pos) of the tokens [0, pos)."""
+
+    name: str
+    buf: ctypes.Array | None = None
+    size: int = 0
+    pos: int = -1  # tokens it holds (-1: none)
+    pos_min: int = -1  # its oldest cached position
 
 
 class SwaGuard:
@@ -33,13 +59,12 @@ class SwaGuard:
         self._ctx = llm._ctx.ctx
         self._mem = capi.llama_get_memory(self._ctx)
         self.n_swa = n_swa
-        self._buf: ctypes.Array | None = None
-        self._size = 0
-        self.pos = -1  # tokens the checkpoint holds (-1: none)
-        self._pos_min = -1  # the checkpoint's oldest cached position
+        self._anchor = _Checkpoint("anchor")
+        self._recent = _Checkpoint("recent")
         self._checked_pos_min = -1  # the oldest cached position at the last safe_keep
-        self.restored = 0  # rollbacks served by the checkpoint
+        self.restored = 0  # rollbacks served by a checkpoint
         self.refilled = 0  # rollbacks that needed a full prefill
+        self.kept_anchor = 0  # anchor checkpoints not taken: the cache had lost that window
 
     @classmethod
     def for_llama(cls, llm, swa_full: bool) -> SwaGuard | None:
@@ -47,46 +72,75 @@ class SwaGuard:
         n_swa = int(capi.llama_model_n_swa(llm._model.model))
         return cls(llm, n_swa) if n_swa > 0 and not swa_full else None
 
+    @property
+    def anchor_pos(self) -> int:
+        """Tokens the anchor checkpoint holds (-1: none)."""
+        return self._anchor.pos
+
+    def held(self) -> dict[str, tuple[int, int]]:
+        """Each checkpoint's (tokens held, oldest cached position); (-1, -1) when none."""
+        return {cp.name: (cp.pos, cp.pos_min if cp.pos >= 0 else -1)
+                for cp in (self._anchor, self._recent)}  # fmt: skip
+
     def _covered(self, pos_min: int, keep: int) -> bool:
-        """Whether a cache holding [pos_min, keep) serves the window of position ``keep``."""
+        """Whether a cache holding [pos_min, keep) serves the window of position ``keep``.
+
+        (llama.cpp's mask lets the query at ``keep`` see ``keep - n_swa + 1`` on; this asks for
+        one position more, as llama-server's ``pos_min_thold`` does.)"""
         return keep == 0 or 0 <= pos_min <= max(0, keep - self.n_swa)
+
+    def _serves(self, cp: _Checkpoint, keep: int) -> int:
+        """How many of ``keep`` tokens restoring ``cp`` gives back (0: it cannot serve)."""
+        k = min(keep, cp.pos)
+        return k if cp.buf is not None and k > 0 and self._covered(cp.pos_min, k) else 0
 
     def covers(self, keep: int) -> bool:
         """Whether reusing ``keep`` tokens is valid in the cache ``safe_keep`` last checked."""
         return self._covered(self._checked_pos_min, keep)
 
     def safe_keep(self, keep: int) -> int:
-        """How many of ``keep`` cached tokens a prefill may reuse (restores the checkpoint when
-        the live cache lost the window; 0 when nothing usable is left)."""
+        """How many of ``keep`` cached tokens a prefill may reuse (restores a checkpoint when
+        the live cache lost the window; 0 when nothing usable is left). The positions from the
+        returned count on are about to be replaced: checkpoints past it are cut back."""
         self._checked_pos_min = capi.llama_memory_seq_pos_min(self._mem, SEQ)
         if keep > 0 and not self._covered(self._checked_pos_min, keep):
             keep = self._restore(keep)
-        if self.pos > keep:  # the positions after `keep` are about to be replaced
-            self.pos = -1
+        for cp in (self._anchor, self._recent):
+            if cp.pos > keep:
+                cp.pos = keep if keep > 0 and self._covered(cp.pos_min, keep) else -1
         return keep
 
     def _restore(self, keep: int) -> int:
-        k = min(keep, self.pos)
-        if self._buf is not None and k > 0 and self._covered(self._pos_min, k):
-            ctx, buf, size = self._ctx, self._buf, self._size
-            if capi.llama_state_seq_set_data_ext(ctx, buf, size, SEQ, SWA_ONLY):
-                self.restored += 1
-                self._checked_pos_min = self._pos_min
-                return k
+        best = max((self._anchor, self._recent), key=lambda cp: self._serves(cp, keep))
+        k = self._serves(best, keep)
+        if k and capi.llama_state_seq_set_data_ext(self._ctx, best.buf, best.size, SEQ, SWA_ONLY):
+            self.restored += 1
+            self._checked_pos_min = best.pos_min
+            return k
         self.refilled += 1
+        held = ", ".join(f"{name} at {pos} holding from {low}"
+                         for name, (pos, low) in self.held().items())  # fmt: skip
         log.warning(
-            f"sliding-window cache: no checkpoint for a rollback to {keep} tokens (checkpoint at "
-            f"{self.pos} holding from {self._pos_min}, live cache from {self._checked_pos_min}, "
-            f"window {self.n_swa}): the whole prompt is prefilled again"
+            f"sliding-window cache: no checkpoint for a rollback to {keep} tokens (checkpoints: "
+            f"{held}; live cache from {self._checked_pos_min}, window {self.n_swa}): the whole "
+            "prompt is prefilled again"
         )
         return 0
 
-    def checkpoint(self) -> None:
-        """Save the SWA cells of the cached positions (replaces the previous checkpoint)."""
+    def checkpoint(self, anchor: bool = False) -> None:
+        """Save the SWA cells of the cached positions: into the anchor slot (``anchor``, at a
+        turn's stable prefix) or the recent one (the second token of a generation)."""
         n = self._llm.n_tokens
+        pos_min = capi.llama_memory_seq_pos_min(self._mem, SEQ)
+        cp = self._anchor if anchor else self._recent
+        if anchor and not self._covered(pos_min, n) and self._serves(cp, n):
+            # this cache came from a later checkpoint and no longer holds the window before
+            # the anchor: the older anchor checkpoint still serves a rollback here
+            self.kept_anchor += 1
+            return
         size = capi.llama_state_seq_get_size_ext(self._ctx, SEQ, SWA_ONLY)
-        if self._buf is None or len(self._buf) < size:
-            self._buf = (ctypes.c_uint8 * size)()
-        self._size = capi.llama_state_seq_get_data_ext(self._ctx, self._buf, size, SEQ, SWA_ONLY)
-        self.pos = n if self._size else -1
-        self._pos_min = capi.llama_memory_seq_pos_min(self._mem, SEQ)
+        if cp.buf is None or len(cp.buf) < size:
+            cp.buf = (ctypes.c_uint8 * size)()
+        cp.size = capi.llama_state_seq_get_data_ext(self._ctx, cp.buf, size, SEQ, SWA_ONLY)
+        cp.pos = n if cp.size else -1
+        cp.pos_min = pos_min

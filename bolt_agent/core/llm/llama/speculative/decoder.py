@@ -102,10 +102,14 @@ class SpecSession:
             if commit:
                 self._drafter.on_decoded(n_past, len(chunk))
 
+    def reusable(self, keep: int) -> int:
+        """How many of `keep` cached tokens a prefill can reuse: the drafter's state may lag."""
+        return max(0, min(keep, self._drafter.synced()))
+
     def prefill(self, prompt: list[int], keep: int) -> int:
         """Decode `prompt` reusing `keep` cached tokens (fewer if the drafter lags); returns the
         number actually reused."""
-        keep = max(0, min(keep, self._drafter.synced()))
+        keep = self.reusable(keep)
         self._drafter.truncate(keep)
         self._llm.n_tokens = keep
         self._decode(prompt[keep:], logits_all=False, commit=True)
