@@ -61,7 +61,6 @@ class SwaGuard:
         self.n_swa = n_swa
         self._anchor = _Checkpoint("anchor")
         self._recent = _Checkpoint("recent")
-        self._checked_pos_min = -1  # the oldest cached position at the last safe_keep
         self.restored = 0  # rollbacks served by a checkpoint
         self.refilled = 0  # rollbacks that needed a full prefill
         self.kept_anchor = 0  # anchor checkpoints not taken: the cache had lost that window
@@ -94,35 +93,30 @@ class SwaGuard:
         k = min(keep, cp.pos)
         return k if cp.buf is not None and k > 0 and self._covered(cp.pos_min, k) else 0
 
-    def covers(self, keep: int) -> bool:
-        """Whether reusing ``keep`` tokens is valid in the cache ``safe_keep`` last checked."""
-        return self._covered(self._checked_pos_min, keep)
-
     def safe_keep(self, keep: int) -> int:
         """How many of ``keep`` cached tokens a prefill may reuse (restores a checkpoint when
         the live cache lost the window; 0 when nothing usable is left). The positions from the
         returned count on are about to be replaced: checkpoints past it are cut back."""
-        self._checked_pos_min = capi.llama_memory_seq_pos_min(self._mem, SEQ)
-        if keep > 0 and not self._covered(self._checked_pos_min, keep):
-            keep = self._restore(keep)
+        live = capi.llama_memory_seq_pos_min(self._mem, SEQ)
+        if keep > 0 and not self._covered(live, keep):
+            keep = self._restore(keep, live)
         for cp in (self._anchor, self._recent):
             if cp.pos > keep:
                 cp.pos = keep if keep > 0 and self._covered(cp.pos_min, keep) else -1
         return keep
 
-    def _restore(self, keep: int) -> int:
+    def _restore(self, keep: int, live: int) -> int:
         best = max((self._anchor, self._recent), key=lambda cp: self._serves(cp, keep))
         k = self._serves(best, keep)
         if k and capi.llama_state_seq_set_data_ext(self._ctx, best.buf, best.size, SEQ, SWA_ONLY):
             self.restored += 1
-            self._checked_pos_min = best.pos_min
             return k
         self.refilled += 1
         held = ", ".join(f"{name} at {pos} holding from {low}"
                          for name, (pos, low) in self.held().items())  # fmt: skip
         log.warning(
             f"sliding-window cache: no checkpoint for a rollback to {keep} tokens (checkpoints: "
-            f"{held}; live cache from {self._checked_pos_min}, window {self.n_swa}): the whole "
+            f"{held}; live cache from {live}, window {self.n_swa}): the whole "
             "prompt is prefilled again"
         )
         return 0
