@@ -128,7 +128,10 @@ def _call(client, executor, tool: str, args: dict, feedback: list[str] | None = 
     spin_until(executor, send.done, 10, "goal response")
     assert send.result().accepted, f"{tool} goal rejected"
     if feedback is not None:
-        final = lambda: any(s == "done" or s.startswith("failed") for s in samples[seen:])  # noqa: E731
+
+        def final() -> bool:
+            return any(s == "done" or s.startswith("failed") for s in samples[seen:])
+
         spin_until(executor, final, 10, lambda: f"{tool}'s final feedback; got {samples[seen:]}")
     result = send.result().get_result_async()
     spin_until(executor, result.done, 10, f"{tool} result")

@@ -79,11 +79,12 @@ def build_plan(profile: dict[str, Any] | None = None, distinct: int | None = Non
             f"{ctx}) x heads_kv x (k+v) in {cache}",
         }
     if not settings["swa_full"]:  # SwaGuard's two host copies of the SWA cells (anchor, recent)
+        _, swa_cells = shape.kv_cells(4096, n_ubatch, False)  # (the same at any n_ctx above)
         swa = shape.kv_bytes(4096, n_ubatch, False, cache)["swa"]
         c["swa_checkpoints"] = {
             "bytes": 2 * swa,
-            "derivation": "2 x the SWA layers' cells (the anchor and the recent checkpoint), "
-            "host copies",
+            "derivation": f"2 x the SWA layers' {swa_cells} cells (the anchor and the recent "
+            "checkpoint), host copies; a bound: only occupied cells are saved",
         }
     c["compute_logits"] = {
         "bytes": shape.compute_bytes(n_ubatch),

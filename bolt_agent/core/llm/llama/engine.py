@@ -281,12 +281,11 @@ class LlamaSession(DecodeSession):
             self._decode(prompt[:anchor], keep)  # (nothing at the anchor: drops what follows)
             guard.checkpoint(anchor=True)
             keep = anchor
-        if guard is not None and anchor is not None and guard.anchor_pos == anchor:
-            self._checkpointed = True  # this turn's stable-prefix checkpoint stands (step 2)
         self._decode(prompt, keep)
 
     def _decode(self, tokens: list[int], keep: int) -> None:
-        """Decode ``tokens[keep:]`` after the first ``keep`` cached ones."""
+        """Decode ``tokens[keep:]`` after the first ``keep`` cached ones (checked by the guard;
+        with a drafter, at most ``reusable``)."""
         if self._spec:
             self._spec.prefill(tokens, keep)
         else:

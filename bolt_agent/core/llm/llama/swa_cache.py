@@ -16,7 +16,8 @@ Two checkpoints, because one was not enough (a 9-10 s prefill in 4 of 6 twenty-t
 
 - the *anchor* one, at the stable prefix a turn marks (``TextEngine.mark_stable``: the history
   before this turn's few-shot exchange, where the next prompts depart). Only another anchor
-  checkpoint replaces it, and not one taken from a cache that has itself lost that window;
+  checkpoint replaces it, and not one of a cache that has lost that window (it would serve no
+  rollback; the engine's own prefills do not leave such a cache, this is a safety net);
 - the *recent* one, when a generation asks for its second token (off the time to first token),
   for prompts that carry on after this one's end (a turn without few-shot exchanges).
 
@@ -106,11 +107,12 @@ class SwaGuard:
         return keep
 
     def _restore(self, keep: int, live: int) -> int:
-        best = max((self._anchor, self._recent), key=lambda cp: self._serves(cp, keep))
-        k = self._serves(best, keep)
-        if k and capi.llama_state_seq_set_data_ext(self._ctx, best.buf, best.size, SEQ, SWA_ONLY):
-            self.restored += 1
-            return k
+        # the one that gives back the most first; the other if llama.cpp refuses it
+        for cp in sorted((self._anchor, self._recent), key=lambda c: -self._serves(c, keep)):
+            k = self._serves(cp, keep)
+            if k and capi.llama_state_seq_set_data_ext(self._ctx, cp.buf, cp.size, SEQ, SWA_ONLY):
+                self.restored += 1
+                return k
         self.refilled += 1
         held = ", ".join(f"{name} at {pos} holding from {low}"
                          for name, (pos, low) in self.held().items())  # fmt: skip
@@ -127,9 +129,9 @@ class SwaGuard:
         n = self._llm.n_tokens
         pos_min = capi.llama_memory_seq_pos_min(self._mem, SEQ)
         cp = self._anchor if anchor else self._recent
-        if anchor and not self._covered(pos_min, n) and self._serves(cp, n):
-            # this cache came from a later checkpoint and no longer holds the window before
-            # the anchor: the older anchor checkpoint still serves a rollback here
+        if anchor and not self._covered(pos_min, n):
+            # a cache that no longer holds the window before the anchor: a checkpoint of it
+            # serves no rollback at all (each needs that window), so the older one stays
             self.kept_anchor += 1
             return
         size = capi.llama_state_seq_get_size_ext(self._ctx, SEQ, SWA_ONLY)

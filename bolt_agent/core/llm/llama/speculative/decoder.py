@@ -106,15 +106,15 @@ class SpecSession:
         """How many of `keep` cached tokens a prefill can reuse: the drafter's state may lag."""
         return max(0, min(keep, self._drafter.synced()))
 
-    def prefill(self, prompt: list[int], keep: int) -> int:
-        """Decode `prompt` reusing `keep` cached tokens (fewer if the drafter lags); returns the
-        number actually reused."""
-        keep = self.reusable(keep)
+    def prefill(self, prompt: list[int], keep: int) -> None:
+        """Decode `prompt` reusing `keep` cached tokens (at most ``reusable(keep)``: the caller
+        has the sliding-window guard check exactly the count that is reused)."""
+        if keep > (held := self.reusable(keep)):
+            raise EngineError(f"prefill reusing {keep} tokens; the drafter holds {held}")
         self._drafter.truncate(keep)
         self._llm.n_tokens = keep
         self._decode(prompt[keep:], logits_all=False, commit=True)
         self._pending = None
-        return keep
 
     def force(self, tokens: list[int]) -> list[int]:
         """Feed `tokens` after the pending one; returns those that fit the context."""
