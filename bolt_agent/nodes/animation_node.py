@@ -24,12 +24,6 @@ from rclpy._rclpy_pybind11 import RCLError
 from rclpy.action import CancelResponse, GoalResponse
 from rclpy.action.server import ServerGoalHandle
 from rclpy.callback_groups import ReentrantCallbackGroup
-
-try:  # Iron+
-    from rclpy.event_handler import SubscriptionEventCallbacks
-except ImportError:  # Humble
-    from rclpy.qos_event import SubscriptionEventCallbacks
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, String
 
@@ -38,13 +32,9 @@ from bolt_agent.core.motion.animation_control import AnimationController, Outcom
 from bolt_agent.core.motion.robot_backend import make_backend
 from bolt_agent.nodes import qos
 from bolt_agent.nodes.base import BoltNode, param
+from bolt_agent.nodes.operator_switch import OperatorSwitch
 from bolt_agent.nodes.runtime import main_for
 from bolt_agent_interfaces.action import PlayAnimation
-
-#: the operator may publish volatile (plain `ros2 topic pub`) or latched: listen to both
-_VOLATILE_RELIABLE = QoSProfile(
-    depth=10, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.VOLATILE
-)
 
 
 @dataclass
@@ -118,11 +108,10 @@ class AnimationNode(BoltNode):
         self.override_pub.publish(Bool(data=False))
 
         inputs = ReentrantCallbackGroup()
-        for profile in (qos.LATCHED, _VOLATILE_RELIABLE):  # one of the two always matches
-            self.create_subscription(
-                Bool, "teleop/override", self._on_override, profile, callback_group=inputs,
-                event_callbacks=SubscriptionEventCallbacks(incompatible_qos=lambda _e: None),
-            )  # fmt: skip
+        # latched and volatile publishers alike, each sample once and in order
+        self.override_switch = OperatorSwitch(
+            self, "teleop/override", self._on_override, callback_group=inputs
+        )
         self.create_subscription(
             JointState, "teleop/joint_command", self._on_teleop_joints, qos.RELIABLE,
             callback_group=inputs,
@@ -263,13 +252,11 @@ class AnimationNode(BoltNode):
         return PlayAnimation.Result(success=outcome.status == "succeeded", message=outcome.message)
 
     # -- teleop ---------------------------------------------------------------------------------
-    def _on_override(self, msg: Bool) -> None:
-        if msg.data == self.controller.override:
-            return
-        self.controller.set_override(msg.data)  # aborts llm goals before the state is announced
-        self.override_pub.publish(Bool(data=msg.data))
-        self.get_logger().info(f"teleop override {'ON' if msg.data else 'off'}")
-        self._event("override", on=msg.data)
+    def _on_override(self, on: bool) -> None:
+        self.controller.set_override(on)  # aborts llm goals before the state is announced
+        self.override_pub.publish(Bool(data=on))
+        self.get_logger().info(f"teleop override {'ON' if on else 'off'}")
+        self._event("override", on=on)
 
     def _on_teleop_joints(self, msg: JointState) -> None:
         names = list(msg.name) or list(self.controller.lib.joints)[: len(msg.position)]

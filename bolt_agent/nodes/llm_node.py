@@ -26,12 +26,7 @@ from typing import Any
 from rclpy.action import CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.lifecycle import TransitionCallbackReturn
-
-try:  # Iron+
-    from rclpy.event_handler import SubscriptionEventCallbacks
-except ImportError:  # Humble
-    from rclpy.qos_event import SubscriptionEventCallbacks
-from std_msgs.msg import Bool, String
+from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from bolt_agent.core.llm.chat_template import Knobs
@@ -52,6 +47,7 @@ from bolt_agent.nodes import runtime
 from bolt_agent.nodes.base import BoltLifecycleNode
 from bolt_agent.nodes.llm_params import LlmParams
 from bolt_agent.nodes.metrics import TurnMetricsPublisher
+from bolt_agent.nodes.operator_switch import OperatorSwitch
 from bolt_agent.nodes.qos import LATCHED, RELIABLE
 from bolt_agent.nodes.tool_dispatcher import ToolDispatcher
 from bolt_agent_interfaces.action import Converse
@@ -182,17 +178,13 @@ class LlmNode(BoltLifecycleNode):
         self._entities = [
             self.create_subscription(t, n, cb, q, callback_group=io) for t, n, cb, q in subs
         ]
-        # operator switches: latched publishers and plain `ros2 topic pub` (volatile) alike. A
-        # volatile publisher cannot match the latched subscription: keep that expected mismatch
-        # out of the log (the volatile subscription matches and receives)
-        quiet = SubscriptionEventCallbacks(incompatible_qos=lambda _e: None)
-        for topic, cb in (("teleop/mute", self._on_mute), ("teleop/override", self._on_override)):
-            for profile in (LATCHED, RELIABLE):
-                self._entities.append(
-                    self.create_subscription(
-                        Bool, topic, cb, profile, callback_group=io, event_callbacks=quiet
-                    )
-                )
+        # operator switches: latched publishers and plain `ros2 topic pub` alike, each sample
+        # acted on once and in order (see operator_switch); a mute outlives a reconfigure
+        mute = OperatorSwitch(
+            self, "teleop/mute", self._on_mute, callback_group=io, initial=self._muted
+        )
+        override = OperatorSwitch(self, "teleop/override", self._on_override, callback_group=io)
+        self._entities += mute.subscriptions + override.subscriptions
         self._reset_srv = self.create_service(
             Trigger, "llm/reset", self._on_reset, callback_group=ReentrantCallbackGroup()
         )
@@ -353,22 +345,17 @@ class LlmNode(BoltLifecycleNode):
         if msg.interrupted and msg.turn_id:
             self.scheduler.interrupted(msg.turn_id, msg.spoken_text)
 
-    def _on_mute(self, msg: Bool) -> None:
-        """Acts on a change only: each value comes twice (latched and volatile subscriptions),
-        and a second copy must not cancel a turn started since the first."""
-        muted = bool(msg.data)
-        if muted == self._muted:
-            return
+    def _on_mute(self, muted: bool) -> None:
+        """Called once per change of the switch: a repeated mute must not cancel a turn asked
+        for since the first."""
         self.get_logger().info(f"teleop mute {'ON: speech and tools held' if muted else 'off'}")
         self._muted = muted
         if muted:
             self._discard_held("teleop mute")
             self.cancel_current("teleop mute")
 
-    def _on_override(self, msg: Bool) -> None:
-        held = bool(msg.data)
-        if held != self.tools.motion_held:
-            self.get_logger().info(f"teleop override {'ON: motion tools held' if held else 'off'}")
+    def _on_override(self, held: bool) -> None:
+        self.get_logger().info(f"teleop override {'ON: motion tools held' if held else 'off'}")
         self.tools.motion_held = held
 
     # --- turns ---------------------------------------------------------------------------------
