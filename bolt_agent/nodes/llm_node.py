@@ -72,6 +72,7 @@ class LlmNode(BoltLifecycleNode):
         self._worker: threading.Thread | None = None
         self._startup_prefill: threading.Event | None = None  # set when it is over
         self._muted = False
+        self._motion_held = False  # teleop override: both outlive a reconfigure
         self._scene: str | None = None
         self._teleop_ids = itertools.count(1)
         self.runner: TurnRunner | None = None
@@ -179,12 +180,15 @@ class LlmNode(BoltLifecycleNode):
             self.create_subscription(t, n, cb, q, callback_group=io) for t, n, cb, q in subs
         ]
         # operator switches: latched publishers and plain `ros2 topic pub` alike, each sample
-        # acted on once and in order (see operator_switch); a mute outlives a reconfigure
-        mute = OperatorSwitch(
+        # acted on once and in order (see operator_switch); mute and override outlive a reconfigure
+        self.tools.motion_held = self._motion_held
+        self.mute_switch = OperatorSwitch(
             self, "teleop/mute", self._on_mute, callback_group=io, initial=self._muted
         )
-        override = OperatorSwitch(self, "teleop/override", self._on_override, callback_group=io)
-        self._entities += mute.subscriptions + override.subscriptions
+        self.override_switch = OperatorSwitch(
+            self, "teleop/override", self._on_override, callback_group=io, initial=self._motion_held
+        )
+        self._entities += self.mute_switch.subscriptions + self.override_switch.subscriptions
         self._reset_srv = self.create_service(
             Trigger, "llm/reset", self._on_reset, callback_group=ReentrantCallbackGroup()
         )
@@ -356,7 +360,7 @@ class LlmNode(BoltLifecycleNode):
 
     def _on_override(self, held: bool) -> None:
         self.get_logger().info(f"teleop override {'ON: motion tools held' if held else 'off'}")
-        self.tools.motion_held = held
+        self._motion_held = self.tools.motion_held = held
 
     # --- turns ---------------------------------------------------------------------------------
     def submit(

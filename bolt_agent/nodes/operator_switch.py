@@ -107,6 +107,8 @@ class OperatorSwitch:
     ) -> None:
         self.state = SwitchState(initial)
         self._on_change = on_change
+        self._topic = topic
+        self._logger = node.get_logger()
         self._lock = threading.Lock()
         # a volatile publisher cannot match the latched subscription (and the reverse for a
         # latched-only listener elsewhere): keep that expected mismatch out of the log
@@ -134,5 +136,19 @@ class OperatorSwitch:
 
     def offer(self, value: bool, key: SampleKey | None) -> None:
         with self._lock:
+            before, stale = self.state.value, self.state.stale
             if self.state.offer(value, key):
-                self._on_change(value)
+                try:
+                    self._on_change(value)
+                except BaseException:
+                    self.state.value = before  # not applied: the next sample may apply it
+                    raise
+            elif self.state.stale > stale and value != before and key and key.writer is None:
+                # ordered by source time (no publisher gid): a publisher whose clock is behind
+                # would have its newer samples dropped here, so say so
+                self._logger.warning(
+                    f"{self._topic}: dropped {value} from a sample stamped before one applied "
+                    "(a late copy, or a publisher whose clock is behind; "
+                    f"{self.state.stale} dropped so far)",
+                    throttle_duration_sec=5.0,
+                )
