@@ -120,8 +120,6 @@ def test_the_oldest_publishers_are_forgotten_beyond_the_bound():
 
 # --- real DDS -------------------------------------------------------------------------------------
 
-_VOLATILE = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
-                       durability=DurabilityPolicy.VOLATILE)  # fmt: skip
 _QUIET = PublisherEventCallbacks(incompatible_qos=lambda _e: None)
 
 
@@ -194,7 +192,7 @@ def test_a_switch_over_dds_takes_a_latched_value_from_before_it_started_and_both
     with ros_node("operator", unique_ns) as (op, op_exec):
         latched = op.create_publisher(Bool, "override", qos.LATCHED)
         volatile = op.create_publisher(  # the latched subscription cannot match it: expected
-            Bool, "override", _VOLATILE, event_callbacks=_QUIET
+            Bool, "override", qos.RELIABLE, event_callbacks=_QUIET
         )
         latched.publish(Bool(data=True))  # before any subscriber exists
         with ros_node("robot", unique_ns) as (node, executor):

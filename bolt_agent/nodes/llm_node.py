@@ -71,8 +71,9 @@ class LlmNode(BoltLifecycleNode):
         super().__init__("llm_node", **kwargs)
         self._worker: threading.Thread | None = None
         self._startup_prefill: threading.Event | None = None  # set when it is over
-        self._muted = False
-        self._motion_held = False  # teleop override: both outlive a reconfigure
+        # teleop mute and override; kept over a cleanup, so their values outlive a reconfigure
+        self.mute_switch: OperatorSwitch | None = None
+        self.override_switch: OperatorSwitch | None = None
         self._scene: str | None = None
         self._teleop_ids = itertools.count(1)
         self.runner: TurnRunner | None = None
@@ -181,12 +182,13 @@ class LlmNode(BoltLifecycleNode):
         ]
         # operator switches: latched publishers and plain `ros2 topic pub` alike, each sample
         # acted on once and in order (see operator_switch); mute and override outlive a reconfigure
-        self.tools.motion_held = self._motion_held
+        held = self.override_switch is not None and self.override_switch.value
+        self.tools.motion_held = held
         self.mute_switch = OperatorSwitch(
             self, "teleop/mute", self._on_mute, callback_group=io, initial=self._muted
         )
         self.override_switch = OperatorSwitch(
-            self, "teleop/override", self._on_override, callback_group=io, initial=self._motion_held
+            self, "teleop/override", self._on_override, callback_group=io, initial=held
         )
         self._entities += self.mute_switch.subscriptions + self.override_switch.subscriptions
         self._reset_srv = self.create_service(
@@ -349,18 +351,22 @@ class LlmNode(BoltLifecycleNode):
         if msg.interrupted and msg.turn_id:
             self.scheduler.interrupted(msg.turn_id, msg.spoken_text)
 
+    @property
+    def _muted(self) -> bool:
+        """teleop/mute as its switch holds it (already set while ``_on_mute`` runs)."""
+        return self.mute_switch is not None and self.mute_switch.value
+
     def _on_mute(self, muted: bool) -> None:
         """Called once per change of the switch: a repeated mute must not cancel a turn asked
         for since the first."""
         self.get_logger().info(f"teleop mute {'ON: speech and tools held' if muted else 'off'}")
-        self._muted = muted
         if muted:
             self._discard_held("teleop mute")
             self.cancel_current("teleop mute")
 
     def _on_override(self, held: bool) -> None:
         self.get_logger().info(f"teleop override {'ON: motion tools held' if held else 'off'}")
-        self._motion_held = self.tools.motion_held = held
+        self.tools.motion_held = held
 
     # --- turns ---------------------------------------------------------------------------------
     def submit(
