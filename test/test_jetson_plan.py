@@ -47,7 +47,11 @@ def test_profile_choices_are_llm_node_parameters_the_engine_passes():
 
     assert kw["type_k"] == kw["type_v"] == capi.GGML_TYPE_Q8_0
     assert kw["n_ubatch"] == 64 and kw["use_mmap"] is True and kw["flash_attn"] is True
-    assert kw["model_params"] == {"no_host": True, "lazy_mode": capi.LLAMA_LAZY_MODE_ON}
+    assert kw["model_params"] == {
+        "use_extra_bufts": False,  # cpu_repack's default: no anonymous copy of host weights
+        "no_host": True,
+        "lazy_mode": capi.LLAMA_LAZY_MODE_ON,
+    }
     rt = profile["runtime"]  # what bench's prediction uses is the same
     assert (rt["n_ubatch"], rt["cache_type"]) == (64, "Q8_0")
 

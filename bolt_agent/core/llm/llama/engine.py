@@ -8,6 +8,7 @@ turns, knobs and tools lives above it (``turn_runner``). A session samples one t
 from __future__ import annotations
 
 import codecs
+import logging
 import os
 import threading
 import time
@@ -25,6 +26,8 @@ from bolt_agent.core.llm.types import (
     TextEngine,
     Token,
 )
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,12 @@ class LlamaConfig:
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
     use_mmap: bool = True  # map the GGUF: pages of CPU-resident tensors load on first touch
+    # llama.cpp's CPU repacking (``use_extra_bufts``): an anonymous, interleaved copy of the
+    # repackable CPU weights for its AVX2/NEON kernels. Off, the weights stay clean file-backed
+    # pages of the mapping; on the bundled 270M model repacking cost 12.7 MiB and was not
+    # faster (off: prefill 1.03-1.04x, decode 1.02-1.03x, docs/benchmarks.md). GPU layers are
+    # never repacked; for a big model on the CPU, measure both
+    cpu_repack: bool = False
     # where the token / per-layer embedding tables live (they are always on the host):
     #   auto: llama.cpp's default: a pinned (page-locked) host copy with a GPU, read in whole
     #   mmap: left in the file mapping (no pinned copy, per-layer table read lazily), so only the
@@ -110,18 +119,23 @@ class LlamaEngine(TextEngine):
 
     def model_params(self) -> dict[str, int | bool]:
         """``llama_model_params`` fields that ``llama_cpp.Llama`` has no argument for."""
+        from llama_cpp import llama_cpp as capi
+
+        fields: dict[str, int | bool] = {}
+        if any(name == "use_extra_bufts" for name, *_ in capi.llama_model_params._fields_):
+            fields["use_extra_bufts"] = self.config.cpu_repack
+        elif not self.config.cpu_repack:  # an older llama.cpp: it repacks, and says so
+            log.warning("this llama-cpp-python has no use_extra_bufts: CPU weights are repacked")
         if self.config.embeddings == "auto":
-            return {}
+            return fields
         if self.config.embeddings != "mmap":
             raise ValueError(f"embeddings must be auto or mmap, not {self.config.embeddings!r}")
         if not self.config.use_mmap:
             raise ValueError("embeddings=mmap needs use_mmap")
-        from llama_cpp import llama_cpp as capi
-
         # no_host: input tensors go to the plain CPU buffer, which llama.cpp maps from the file
         # instead of copying them into a pinned buffer; lazy ON: the per-layer table is a lazy
         # range, which also keeps MAP_POPULATE off for the whole file
-        return {"no_host": True, "lazy_mode": capi.LLAMA_LAZY_MODE_ON}
+        return {**fields, "no_host": True, "lazy_mode": capi.LLAMA_LAZY_MODE_ON}
 
     def llama_kwargs(self) -> dict:
         """Keyword arguments for ``llama_cpp.Llama`` (``extra`` overrides the named fields)."""
