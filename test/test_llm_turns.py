@@ -8,7 +8,7 @@ from bolt_agent.core.llm.chat_template import Knobs
 from bolt_agent.core.llm.dialogue import INTERRUPTED_MARKER, Dialogue
 from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
 from bolt_agent.core.llm.profile import load_profile
-from bolt_agent.core.llm.scripted_engine import ScriptedEngine
+from bolt_agent.core.llm.scripted_engine import EOG_PIECE, ScriptedEngine
 from bolt_agent.core.llm.turn_runner import RunnerConfig, ToolResult, TurnRequest, TurnRunner
 from bolt_agent.core.llm.types import SamplingParams
 from bolt_agent.core.models import resolve_model
@@ -190,6 +190,24 @@ def test_free_mode_budget_forcing_closes_the_thought():
     )
     assert result.thinking_tokens <= 10
     assert result.spoken_text == "Done thinking."
+
+
+def test_a_constrained_turn_whose_model_stops_inside_its_thought_still_answers():
+    """Constrained mode: the model ends its turn (end-of-generation) before closing its thought;
+    the runner closes it as budget forcing would and the answer, a required call included,
+    comes under the grammar. Before, the turn ended with no words and no call."""
+    call = '<|tool_call>call:trigger_reachy_animation{animation_name:<|"|>scan_room<|"|>}'
+    script = f"Looking around.{EOG_PIECE}<channel|>Sure! {call}<tool_call|>"
+    runner = scripted_runner([script, "Done."], constrained=True, max_steps=2)
+    knobs = Knobs(enable_thinking=True, thinking_token_budget=16)
+    result = runner.run(TurnRequest("t1", "Look around.", knobs, "required"), RecordingSink())
+    assert result.thinking_text == "Looking around."
+    assert result.spoken_text.startswith("Sure!")
+    assert result.tool_calls == ['trigger_reachy_animation {"animation_name": "scan_room"}']
+    # free mode is not the grammar's: a model that stops inside its thought ends the turn
+    runner = scripted_runner(["<|channel>thought\n" + script], constrained=False)
+    result = runner.run(TurnRequest("t2", "Look around.", knobs, "auto"), RecordingSink())
+    assert result.spoken_text == "" and result.tool_calls == []
 
 
 def test_max_steps_bounds_tool_chaining():

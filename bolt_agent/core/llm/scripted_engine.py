@@ -13,6 +13,8 @@ from bolt_agent.core.llm.chat_template import ChatTemplate
 from bolt_agent.core.llm.types import DecodeSession, SamplingParams, SessionStats, TextEngine, Token
 
 _PIECE = re.compile(r"<[^<>]*>|\s*\S+?(?=\s|<|$)|\s+")
+#: a script piece sampled as an end-of-generation token (the model stops here)
+EOG_PIECE = "<|scripted_eog|>"
 
 
 def whitespace_tokens(text: str) -> list[str]:
@@ -71,6 +73,9 @@ class _ScriptedSession(DecodeSession):
         if self._engine.on_token is not None:
             self._engine.on_token(self.stats.generated)
         if not self._pieces:
+            return Token(id=-1, text="", is_eog=True)
+        if self._pieces[0] == EOG_PIECE:
+            self._pieces.pop(0)
             return Token(id=-1, text="", is_eog=True)
         self.stats.generated += 1
         self._n_past += 1

@@ -283,7 +283,7 @@ class TurnRunner:
         first = result.completion_tokens == 0
 
         answer_tokens = 0
-        done = False
+        done = reopened = False
         while answer_tokens < cfg.max_new_tokens and not done:  # thinking has its own cap
             if self.cancel_token.is_stale(generation):
                 result.cancelled = True
@@ -295,6 +295,17 @@ class TurnRunner:
                 sink.on_first_token(request.turn_id)
                 first = False
             for token in tokens:  # one token, or several accepted by a speculative decoder
+                if token.is_eog and grammar is not None and parser.in_thinking and not reopened:
+                    # constrained: the answer (and a required call) is the grammar's, so a model
+                    # that ends its turn inside its thought gets the thought closed, as the
+                    # budget would, and answers under the grammar (once a step)
+                    reopened = True
+                    close = parser.thinking_close_marker
+                    session.force(close)
+                    seq = self._handle(
+                        parser.feed(close), request.turn_id, sink, seq, step, calls, result, said
+                    )
+                    break
                 if token.is_eog:
                     done = True
                     break

@@ -54,8 +54,8 @@ class LlamaConfig:
     # llama.cpp's CPU repacking (``use_extra_bufts``): an anonymous, interleaved copy of the
     # repackable CPU weights for its AVX2/NEON kernels. Off, the weights stay clean file-backed
     # pages of the mapping; on the bundled 270M model repacking cost 12.7 MiB and was not
-    # faster (off: prefill 1.03-1.04x, decode 1.02-1.03x, docs/benchmarks.md). GPU layers are
-    # never repacked; for a big model on the CPU, measure both
+    # faster (off ÷ on: prefill 1.02-1.05, decode 0.99-1.06; benchmarks/node_memory). GPU
+    # layers are never repacked; for a big model on the CPU, measure both
     cpu_repack: bool = False
     # where the token / per-layer embedding tables live (they are always on the host):
     #   auto: llama.cpp's default: a pinned (page-locked) host copy with a GPU, read in whole

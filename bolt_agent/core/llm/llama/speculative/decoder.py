@@ -119,12 +119,17 @@ class SpecSession:
     def force(self, tokens: list[int]) -> list[int]:
         """Feed `tokens` after the pending one; returns those that fit the context."""
         llm = self._llm
-        lead = [] if self._pending is None else [self._pending]
+        pending = self._pending
+        # an end-of-generation token the caller overrides by forcing text never enters the cache
+        ended = pending is not None and capi.llama_vocab_is_eog(self._vocab, pending)
+        lead = [] if pending is None or ended else [pending]
         tokens = tokens[: max(0, llm.n_ctx() - llm.n_tokens - len(lead))]
         if tokens:
             self._decode(lead + tokens, logits_all=False, commit=True)
             self._pending = None
             self._tail = ""
+        elif ended:
+            self._pending = None
         return tokens
 
     # --- sampling ------------------------------------------------------------------------------
