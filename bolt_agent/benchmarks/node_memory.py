@@ -73,10 +73,6 @@ def node_processes(nodes: list[str], log=print) -> dict[str, Any]:
     return out
 
 
-def _anon_mib() -> float:
-    return rss_mb()["RssAnon"]
-
-
 def repack(rounds: int, log=print) -> dict[str, Any]:
     """``cpu_repack`` off vs on: anonymous memory per load, prefill and decode tok/s."""
     from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
@@ -91,9 +87,9 @@ def repack(rounds: int, log=print) -> dict[str, Any]:
     keep = [load(False)]  # one-time costs (backend, tokenizer tables) paid before measuring
     engines, anon = {}, {}
     for on in (False, True):
-        before = _anon_mib()
+        before = rss_mb()["RssAnon"]
         engines[on] = load(on)
-        anon[on] = _anon_mib() - before
+        anon[on] = rss_mb()["RssAnon"] - before
     speed: dict[bool, dict[str, list[float]]] = {on: {"prefill": [], "decode": []} for on in anon}
     for r in range(rounds):
         for on in (False, True) if r % 2 == 0 else (True, False):
