@@ -181,6 +181,28 @@ def ros2(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
     )
 
 
+def stop_ros2_daemon(timeout: float = 30.0) -> str:
+    """`ros2 daemon stop` for this domain. The CLI waits on the daemon's socket with no timeout
+    of its own, and the daemon answers only after its DDS participant is torn down, which can
+    hang: past ``timeout`` the daemon process (``--ros-domain-id`` of this domain) is killed.
+    Returns what happened, for the caller to report."""
+    try:
+        run = ros2("daemon", "stop", timeout=timeout)
+        return (run.stdout + run.stderr).strip()
+    except subprocess.TimeoutExpired:
+        pass
+    domain = os.environ.get("ROS_DOMAIN_ID", "0")
+    killed = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        argv = proc.info["cmdline"] or []
+        flag = "--ros-domain-id"
+        if "ros2-daemon" in argv and flag in argv and argv[argv.index(flag) + 1 :][:1] == [domain]:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+                killed.append(proc.info["pid"])
+    return f"`ros2 daemon stop` hung for {timeout:.0f} s; killed daemon pid(s) {killed}"
+
+
 def shell(line: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
     """Run one command line as an operator types it (bash: quotes, trailing `# comments`)."""
     return subprocess.run(

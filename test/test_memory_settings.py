@@ -157,31 +157,20 @@ def test_a_lifecycle_node_gives_its_load_temporaries_back():
     assert held["cleaned_up"] < 4, held
 
 
-REPACK = r"""
-import json
-from bolt_agent.benchmarks.stack_host import rss_mb
-from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
-from bolt_agent.core.models import resolve_model
-path = str(resolve_model("", kind="llm"))
-engines, grown = [], {}
-for on in (False, False, True):  # the first load pays the one-time costs
-    before = rss_mb()["RssAnon"]
-    engine = LlamaEngine(LlamaConfig(path, n_ctx=512, n_batch=64, n_ubatch=64, cpu_repack=on))
-    engines.append(engine.load())
-    grown[str(on)] = rss_mb()["RssAnon"] - before
-    assert engine.model_params()["use_extra_bufts"] is on
-print(json.dumps(grown))
-"""
-
-
-def test_llm_weights_stay_file_backed_without_cpu_repack():
+def test_llm_weights_stay_file_backed_without_cpu_repack(tmp_path):
     """``cpu_repack`` off (the default): llama.cpp keeps no anonymous repacked copy of the CPU
-    weights (12.7 MiB for the bundled model), measured as each engine's anonymous memory in a
-    fresh process (in the test process, the heap earlier tests left changes what a load adds)."""
+    weights (12.7 MiB for the bundled model). Measured by ``benchmarks.node_memory`` in a
+    process of its own, as a user runs it (in the test process, the heap earlier tests left
+    changes what a load adds)."""
     from bolt_agent.core.llm.llama.engine import LlamaConfig
 
-    out = subprocess.run([sys.executable, "-c", REPACK], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    grown = json.loads(out.stdout.strip().splitlines()[-1])
-    assert grown["True"] - grown["False"] >= 10, grown
+    out = tmp_path / "repack.json"
+    cmd = [sys.executable, "-m", "bolt_agent.benchmarks.node_memory", "--skip-nodes"]
+    run = subprocess.run(
+        [*cmd, "--rounds", "1", "--out", str(out)], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    repack = json.loads(out.read_text())["repack"]
+    assert repack["use_extra_bufts"] == {"off": False, "on": True}, repack
+    assert repack["repacked_copy_mib"] >= 10, repack
     assert LlamaConfig("model.gguf").cpu_repack is False

@@ -43,7 +43,15 @@ from bolt_agent.nodes.qos import AUDIO, LATCHED, RELIABLE
 from bolt_agent.stack.table import defaults, select
 from bolt_agent_interfaces.action import PlayAnimation
 from bolt_agent_interfaces.msg import AudioChunk, SpokenText, TtsState, TurnMetrics
-from ros_helpers import Ros2Launch, Streaming, ros2, shell, spinning_node, wait_until
+from ros_helpers import (
+    Ros2Launch,
+    Streaming,
+    ros2,
+    shell,
+    spinning_node,
+    stop_ros2_daemon,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -243,7 +251,9 @@ def bring_up(args: dict[str, str], log_dir: Path, probe_name: str):
 def stop_the_daemon():
     """`ros2 topic echo` (as the README writes it) starts a daemon for this domain: stop it."""
     yield
-    ros2("daemon", "stop", timeout=30)
+    said = stop_ros2_daemon()
+    if "hung" in said:  # upstream's teardown, not this stack's: reported, not failed
+        warnings.warn(said, stacklevel=1)
 
 
 @pytest.fixture(scope="module")

@@ -109,6 +109,10 @@ def repack(rounds: int, log=print) -> dict[str, Any]:
     result = {
         "anon_per_load_mib": {"off": anon[False], "on": anon[True]},
         "repacked_copy_mib": anon[True] - anon[False],
+        "use_extra_bufts": {
+            ("on" if on else "off"): e.model_params().get("use_extra_bufts")
+            for on, e in engines.items()
+        },
         "tok_s": {"off": med[False], "on": med[True]},
         "prefill_off_vs_on": med[False]["prefill"] / med[True]["prefill"],
         "decode_off_vs_on": med[False]["decode"] / med[True]["decode"],

@@ -339,9 +339,10 @@ class LlmNode(BoltLifecycleNode):
         if msg.resumed:
             return  # the utterance in progress goes on: its start was handled already
         if msg.barge_in and self.params.barge_in_cancels:
-            self.barge_ins["heard"] += 1
-            if self.cancel_current("barge-in"):
-                self.barge_ins["cancelled"] += 1
+            stopped = self.cancel_current("barge-in")
+            with self._held_lock:  # together: diagnostics never sees one count without the other
+                self.barge_ins["heard"] += 1
+                self.barge_ins["cancelled"] += bool(stopped)
         elif msg.speaking and self.params.prefill_on_partial:
             # the user started talking: bring the history up to their (empty) message into the
             # cache now, so the transcript only adds its own words
@@ -473,6 +474,9 @@ class LlmNode(BoltLifecycleNode):
                 "queue_depth": scheduler.pending() if scheduler is not None else 0,
                 "tool_errors": self._tool_errors,
             }
+        with self._held_lock:  # one snapshot of the counts the callbacks and the worker update
+            counts = {f"preemptive_{k}": v for k, v in self.preemptive.items()}
+            counts.update({f"barge_ins_{k}": v for k, v in self.barge_ins.items()})
         return {
             "model": engine.config.model_path,
             "device": f"GPU ({p.n_gpu_layers} layers)" if p.n_gpu_layers else "CPU",
@@ -492,8 +496,7 @@ class LlmNode(BoltLifecycleNode):
             "swa_full_prefills": getattr(engine.swa_guard, "refilled", 0),
             # a stable-prefix checkpoint not taken (the cache had lost the window before it)
             "swa_anchor_kept": getattr(engine.swa_guard, "kept_anchor", 0),
-            **{f"preemptive_{k}": v for k, v in self.preemptive.items()},
-            **{f"barge_ins_{k}": v for k, v in self.barge_ins.items()},
+            **counts,
         }
 
     def _execute_converse(self, goal_handle) -> Converse.Result:
