@@ -140,3 +140,21 @@ def test_node_memory_measures_a_node_process(tmp_path):
     assert "| tts_node |" in run.stdout, run.stdout
     tts = json.loads(out.read_text())["nodes"]["tts_node"]
     assert tts["rss_ready_mib"] > 100 and tts["trim_returns_mib"] < 4, tts
+
+
+def test_first_window_compares_the_shorter_window_with_the_full_one(tmp_path):
+    """benchmarks/first_window, run as a user runs it, on three Piper lines: its table, and
+    JSON with both variants' times, ratios and word errors."""
+    out = tmp_path / "first_window.json"
+    cmd = [sys.executable, "-m", "bolt_agent.benchmarks.first_window", "--seeds", "11"]
+    run = subprocess.run(
+        [*cmd, "--limit", "3", "--out", str(out)], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "| 6 s |" in run.stdout and "| none (full window only) |" in run.stdout, run.stdout
+    result = json.loads(out.read_text())
+    assert result["utterances"] == 3 and result["words"] > 10
+    for variant in ("0.0", "6.0"):
+        s = result["summary"][variant]
+        assert s["median_s"] > 0 and s["wer"] < 0.5, s
+    assert result["summary"]["0.0"]["median_vs_full"] == 1.0

@@ -34,11 +34,11 @@ class NodeSink(RecordingSink):
 
 
 class Harness:
-    def __init__(self, scripts: list[str], on_token=None):
+    def __init__(self, scripts: list[str], on_token=None, nearest=None):
         profile = load_profile("reachy_mini")
         self.engine = ScriptedEngine(scripts, on_token=on_token)
         config = RunnerConfig(constrained=False, max_steps=2)
-        self.dialogue = Dialogue(profile.persona)
+        self.dialogue = Dialogue(profile.persona, nearest=nearest)
         self.runner = TurnRunner(self.engine, self.dialogue, profile.registry, config)
         self.hints: list[tuple[str, str, float]] = []
         self.cancelled: list[tuple[str, str]] = []
@@ -156,6 +156,34 @@ def test_the_probe_reads_the_turns_own_prompt_cut_after_the_users_words():
     assert continuations == [".", "?", "!", "\n", closer] and closer.startswith("<turn|>")
     kinds = [e[0] for e in sink.events if e[0] in ("release", "held", "sentence", "end")]
     assert kinds == ["release", "sentence", "end"]
+
+
+#: the few-shot exchange a motion request picks (profile.nearest's part, here by one word)
+EXCHANGE = [
+    {"role": "user", "content": "Give me a nod."},
+    {"role": "assistant", "content": "Here is my nod."},
+]
+
+
+def test_the_probe_with_nearest_prefills_the_turns_exchange_before_the_hint():
+    """``with_nearest`` (llm_node's ``end_of_turn_probe_nearest``): the probe's prompt holds
+    the exchange the words pick, so the turn reuses all of it; without it the probe leaves the
+    exchange out and the turn departs from the probe's prompt before the words."""
+    for with_nearest in (True, False):
+        h = Harness(["Hello!"], nearest=lambda text: EXCHANGE if "nod" in text else [])
+        h.engine.continuation_p = lambda prompt, continuations: 0.42
+        held, _sink = h.held("u1", "Can you nod for me?")
+        held.commit()
+        h.scheduler.speculate(
+            "u1", "Can you nod for me?", NO_THINK, held, probe=True, with_nearest=with_nearest
+        )
+        h.scheduler.run_pending()
+        assert h.hints == [("u1", "Can you nod for me?", 0.42)]
+        ((probe, _continuations),) = h.engine.probes
+        turn_prompt = h.engine.prompts[0]
+        assert probe.endswith("Can you nod for me") and "Here is my nod." in turn_prompt
+        assert ("Here is my nod." in probe) is with_nearest
+        assert turn_prompt.startswith(probe) is with_nearest
 
 
 def test_a_probe_alone_does_not_cancel_the_turn_in_progress_and_a_stale_one_is_silent():

@@ -176,3 +176,61 @@ def test_an_english_only_model_gets_neither_language_nor_task_tokens():
     engine._model = SimpleNamespace(is_multilingual=True)
     assert engine._prompt("de") == [vocab.sot, vocab.language("de"), vocab.transcribe,
                                     vocab.no_timestamps]  # fmt: skip
+
+
+def _decoded(text: str, tokens: int = 8, avg_logprob: float = -0.2):
+    from bolt_agent.core.speech.whisper_ct2 import Decoded, compression_ratio
+
+    return Decoded(text, list(range(tokens)), avg_logprob, 0.01, 0.0, compression_ratio(text))
+
+
+def test_a_decoding_loop_is_told_from_speech():
+    """``degenerate``: what the shorter first encoder window brings on (whisper-base, seen on
+    Piper lines) is told from a sentence, including one with a word said twice."""
+    from bolt_agent.core.speech.whisper_ct2 import degenerate
+
+    assert degenerate(_decoded("Please give me a happy nod."), 20, -1.0) == ""
+    assert degenerate(_decoded("No, no, I said the red one, the red one."), 20, -1.0) == ""
+    looped = "Please give me a happy nod. Please give me a happy"
+    assert degenerate(_decoded(looped), 20, -1.0) == "4 words said twice"
+    music = "Do you like music" + " music" * 40
+    assert degenerate(_decoded(music, 19), 60, -1.0) == "repeats itself"
+    assert degenerate(_decoded("Can I trade my bow", 20), 20, -1.0) == ""
+    assert degenerate(_decoded("Can I trade my bow", 21), 20, -1.0) == "more than 20 tokens"
+    assert degenerate(_decoded("Mm.", 2, -1.5), 20, -1.0) == "low log-probability"
+
+
+@pytest.mark.slow
+def test_the_first_window_keeps_a_clean_transcript_and_redoes_a_runaway_one(
+    speech_wav,  # noqa: F811
+    monkeypatch,
+):
+    """``first_window_s`` (asr_node's ``encoder_first_window_s``): Piper's two lines come out
+    of the shorter window with the full window's words; with a token budget too small for any
+    sentence, every transcript is redone with the full window and still gives its words."""
+    from bolt_agent.core.speech import asr_engine
+    from bolt_agent.core.speech.asr_engine import WhisperEngine
+
+    model_dir = resolve_model("", kind="asr")
+    full = WhisperEngine(model_dir, "cpu", cpu_threads=2, encoder_window_s=10)
+    first = WhisperEngine(model_dir, "cpu", cpu_threads=2, encoder_window_s=10, first_window_s=6)
+    full.load()
+    first.load()
+    lines = [
+        speech_wav.audio[max(0, a - 4000) : b + 1600] for a, b in speech_wav.truth
+    ]  # fmt: skip
+    expected = [full.transcribe(audio).text for audio in lines]
+    assert [first.transcribe(audio).text for audio in lines] == expected
+    assert first.first_window_kept == len(lines) and first.first_window_redone == {}
+    assert full.first_window_kept == 0  # (off by default in the engine)
+
+    # a budget of a few tokens: (8 - 2 per second of audio)
+    monkeypatch.setattr(asr_engine, "FIRST_WINDOW_TOKENS_PER_S", -2.0)
+    assert [first.transcribe(audio).text for audio in lines] == expected
+    redone = first.first_window_redone
+    assert sum(redone.values()) == len(lines) and all(k.startswith("more than") for k in redone)
+    assert first.first_window_kept == len(lines)
+    # audio that leaves the window less than 2 s of padding goes straight to the full window
+    long = np.concatenate([lines[0], np.zeros(16000 * 3, np.float32)])
+    assert first.transcribe(long).text == full.transcribe(long).text
+    assert first.first_window_kept == len(lines) and sum(first.first_window_redone.values()) == 2

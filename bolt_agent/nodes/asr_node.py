@@ -115,6 +115,14 @@ class AsrParams:
         low=0.0,
         high=30.0,
     )
+    encoder_first_window_s: float = param(
+        6.0,
+        "a shorter encoder window tried first (audio up to this - 2 s): ~25 % less whisper time; "
+        "a transcript that repeats itself or runs away is redone with encoder_window_s (0 = off)",
+        load_time=True,
+        low=0.0,
+        high=30.0,
+    )
     speculative_final: bool = param(
         True,
         "transcribe an utterance as soon as a silence begins and publish it when the VAD "
@@ -293,6 +301,7 @@ class AsrParams:
             self.no_speech_threshold,
             self.log_prob_threshold,
             self.encoder_window_s,
+            self.encoder_first_window_s,
         )
 
 
@@ -644,6 +653,9 @@ class AsrNode(BoltLifecycleNode):
             **{f"ended_by_{k}": v for k, v in sorted(self._ended_by.items())},
             "resumed_after_pause": self._resumed,
             "input_errors": mic.errors if mic is not None else 0,
+            # the shorter first encoder window: transcripts it gave, and those redone in full
+            "first_window_kept": getattr(engine, "first_window_kept", 0),
+            "first_window_redone": sum(getattr(engine, "first_window_redone", {}).values()),
         }
 
     def _publish_audio(self, chunk: np.ndarray, stamp_ns: int) -> None:

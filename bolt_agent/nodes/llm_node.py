@@ -271,7 +271,12 @@ class LlmNode(BoltLifecycleNode):
                 self._held = held
             self._count("started")
         self.scheduler.speculate(
-            msg.utterance_id, msg.text, self.default_knobs(), held, p.end_of_turn_hints
+            msg.utterance_id,
+            msg.text,
+            self.default_knobs(),
+            held,
+            p.end_of_turn_hints,
+            p.end_of_turn_probe_nearest,
         )
         return True
 

@@ -235,6 +235,12 @@ class LlmParams:
         "the user's message ends there (one decode step on the cached prompt; asr_node ends a "
         "complete turn early)",
     )
+    end_of_turn_probe_nearest: bool = param(
+        False,
+        "the end-of-turn probe's prompt carries the few-shot exchange the words pick, as the "
+        "turn's does: a request that gets one pays its prefill in the probe (a later hint) "
+        "instead of after it (a later first token)",
+    )
     preemptive_hold_s: float = param(
         5.0,
         "longest wait in s for the final transcript of a preemptive turn; then it is discarded",

@@ -90,6 +90,7 @@ class SpeculativeJob:
     probe: bool
     turn: TurnJob | None = None  # its sink is the HeldTurn
     generation: int = 0
+    with_nearest: bool = False  # the probe's prompt carries the turn's few-shot exchange
 
 
 @dataclass(frozen=True)
@@ -179,12 +180,20 @@ class TurnScheduler:
         return job.done
 
     def speculate(
-        self, utterance_id: str, text: str, knobs: Knobs, held: TurnSink | None, probe: bool
+        self,
+        utterance_id: str,
+        text: str,
+        knobs: Knobs,
+        held: TurnSink | None,
+        probe: bool,
+        with_nearest: bool = False,
     ) -> Future | None:
         """A speculative transcript: queue its end-of-turn probe and, with ``held`` (a
         ``HeldTurn``), the preemptive turn. A preemptive turn supersedes the turn in progress
         like any new utterance (the final would a moment later); a probe alone does not. The
-        future holds the turn's result (None without a turn)."""
+        future holds the turn's result (None without a turn). ``with_nearest``: the probe's
+        prompt is the turn's (with the few-shot exchange the words pick), so the turn that
+        follows reuses all of it."""
         if not self._active or (held is None and not probe):
             return None
         with self._lock:
@@ -195,7 +204,8 @@ class TurnScheduler:
                 turn = TurnJob(utterance_id, text, knobs, held, generation=generation)
                 if hasattr(held, "is_cancelled"):  # a cancelled preemptive turn is discarded
                     held.is_cancelled = lambda: self.token.is_stale(generation)
-            self._jobs.put(SpeculativeJob(utterance_id, text, knobs, probe, turn, generation))
+            job = SpeculativeJob(utterance_id, text, knobs, probe, turn, generation, with_nearest)
+            self._jobs.put(job)
         self._cancelled(running, "new utterance (preemptive answer)")
         return turn.done if turn is not None else None
 
@@ -301,7 +311,7 @@ class TurnScheduler:
         if job.probe and not gone and not self.token.is_stale(job.generation):
             request = self._make_request(job.utterance_id, job.text, job.knobs)
             try:
-                p = self.runner.end_of_turn_probability(request)
+                p = self.runner.end_of_turn_probability(request, job.with_nearest)
             except Exception as exc:  # the listener falls back on the text: log and count
                 self._fail(
                     "end_of_turn", f"end-of-turn probe of {job.utterance_id} failed: {exc!r}"

@@ -26,15 +26,22 @@ import numpy as np
 from bolt_agent.core.speech.whisper_ct2 import (
     HOP,
     MAX_FRAMES,
+    MAX_LENGTH,
     SAMPLE_RATE,
     WhisperVocab,
     decode_with_fallback,
+    degenerate,
     encoder_input,
     log_mel,
     mel_filters,
 )
 
 _WORDLESS = re.compile(r"^[\W_]*$")
+#: the first window's padding after the audio, at least (with less, whisper-base repeats itself)
+FIRST_WINDOW_MARGIN_S = 2.0
+#: the first window's decoding stops at this many tokens per second of audio (+ 8): speech
+#: gives 3-5 (whisper's tokens), a runaway repetition is cut short and redone
+FIRST_WINDOW_TOKENS_PER_S = 8.0
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,7 @@ class WhisperEngine(AsrEngine):
         no_speech_threshold: float = 0.6,
         log_prob_threshold: float = -1.0,
         encoder_window_s: float = 10.0,
+        first_window_s: float = 0.0,
     ) -> None:
         self.model_dir = Path(model_dir)
         self.device, self.compute_type, self.cpu_threads = device, compute_type, cpu_threads
@@ -109,6 +117,9 @@ class WhisperEngine(AsrEngine):
         self.beam_size = beam_size
         self.no_speech_threshold, self.log_prob_threshold = no_speech_threshold, log_prob_threshold
         self.encoder_window_s = encoder_window_s
+        self.first_window_s = first_window_s
+        self.first_window_kept = 0  # transcripts the first, shorter window gave
+        self.first_window_redone: dict[str, int] = {}  # redone with the full window, by reason
         self._model: Any = None
         self._vocab: Any = None  # whisper_ct2.WhisperVocab
         self._filters: np.ndarray | None = None
@@ -193,7 +204,12 @@ class WhisperEngine(AsrEngine):
             language = "en"  # an English-only model (*.en) has neither language nor task tokens
         for seek in range(0, content.shape[-1], MAX_FRAMES):  # 30 s windows (one, usually)
             samples = min(audio.size - seek * HOP, MAX_FRAMES * HOP)
-            x = encoder_input(content[:, seek : seek + MAX_FRAMES], self._encoder_frames(samples))
+            chunk = content[:, seek : seek + MAX_FRAMES]
+            first = self._first_window(chunk, samples, language)
+            if first is not None:
+                pieces.append(first)
+                continue
+            x = encoder_input(chunk, self._encoder_frames(samples))
             encoded = self._model.encode(ctranslate2.StorageView.from_array(x))
             if language is None:
                 language = self._model.detect_language(encoded)[0][0][0][2:-2]
@@ -215,6 +231,42 @@ class WhisperEngine(AsrEngine):
             return None
         text, confidence, no_speech = combined
         return AsrResult(text, confidence, language or "", no_speech)
+
+    def _first_window(self, chunk: np.ndarray, samples: int, language: str | None):
+        """One greedy decoding over the shorter ``first_window_s`` encoder window, kept unless
+        it shows whisper's short-window failure (``degenerate``: a repeated sentence, a runaway
+        text, a low log-probability); None = transcribe with the full window as usual. Only
+        for audio that leaves the window at least ``FIRST_WINDOW_MARGIN_S`` of padding, and a
+        known language."""
+        import ctranslate2
+
+        if self.first_window_s <= 0 or language is None:
+            return None
+        if samples / SAMPLE_RATE + FIRST_WINDOW_MARGIN_S > self.first_window_s:
+            return None
+        full = self._encoder_frames(samples)
+        frames = encoder_frames(self.first_window_s, samples)
+        if frames is None or (full is not None and frames >= full):
+            return None
+        x = encoder_input(chunk, frames)
+        encoded = self._model.encode(ctranslate2.StorageView.from_array(x))
+        max_tokens = int(FIRST_WINDOW_TOKENS_PER_S * samples / SAMPLE_RATE) + 8
+        prompt = self._prompt(language)
+        # a bound that cuts a loop short; CTranslate2 counts its max_length in its own way (the
+        # prompt and more: seen giving half of it), so the check is on the tokens given
+        decoded = decode_with_fallback(
+            self._model, encoded, prompt, self._vocab, self._suppress, (0.0,), 1,
+            self.log_prob_threshold, self.no_speech_threshold,
+            max_length=min(MAX_LENGTH, 2 * (max_tokens + len(prompt) + 1)),
+        )  # fmt: skip
+        why = degenerate(decoded, max_tokens, self.log_prob_threshold)
+        if why == "low log-probability" and decoded.no_speech_prob > self.no_speech_threshold:
+            why = ""  # whisper's silence: combine_segments drops it, as the full window's would
+        if why:
+            self.first_window_redone[why] = self.first_window_redone.get(why, 0) + 1
+            return None
+        self.first_window_kept += 1
+        return decoded
 
     def _prompt(self, language: str) -> list[int]:
         """Whisper's start of transcript: language and task (multilingual models), no

@@ -11,6 +11,7 @@ stack's RSS and 128 modules. The model directory is the same CTranslate2 convers
 
 from __future__ import annotations
 
+import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,8 @@ MAX_LENGTH = 448  # whisper's decoder positions
 # faster-whisper's defaults for what it does not expose to us (TranscriptionOptions)
 BEST_OF = 5  # hypotheses sampled per fallback temperature
 COMPRESSION_RATIO_THRESHOLD = 2.4  # above: the text repeats itself, try the next temperature
+_WORD = re.compile(r"[\w']+")
+REPEATED_RUN = 4  # words: a run this long said twice in one utterance is a decoding loop
 MAX_INITIAL_TIMESTAMP_INDEX = 50  # 1 s at 0.02 s per timestamp
 
 
@@ -164,6 +167,27 @@ def compression_ratio(text: str) -> float:
     return len(data) / len(zlib.compress(data)) if data else 0.0
 
 
+def degenerate(decoded: Decoded, max_tokens: int, log_prob_threshold: float) -> str:
+    """Why a decoding looks like whisper's failure mode rather than the speech ('' = it does
+    not): it repeats itself (compression ratio above 2.4, or a run of 4 words said twice:
+    "Please give me a happy nod. Please give me a happy"), outran ``max_tokens``, or its
+    mean log-probability is under the threshold. A short encoder window brings these on."""
+    if decoded.compression_ratio > COMPRESSION_RATIO_THRESHOLD:
+        return "repeats itself"
+    if len(decoded.tokens) > max_tokens:
+        return f"more than {max_tokens} tokens"
+    if decoded.avg_logprob < log_prob_threshold:
+        return "low log-probability"
+    words = _WORD.findall(decoded.text.lower())
+    seen: dict[tuple[str, ...], int] = {}
+    for i in range(len(words) - REPEATED_RUN + 1):
+        run = tuple(words[i : i + REPEATED_RUN])
+        if run in seen and i - seen[run] >= REPEATED_RUN:  # (not overlapping itself)
+            return f"{REPEATED_RUN} words said twice"
+        seen.setdefault(run, i)
+    return ""
+
+
 def decode_with_fallback(
     model: Any,
     encoded: Any,
@@ -174,6 +198,7 @@ def decode_with_fallback(
     beam_size: int,
     log_prob_threshold: float,
     no_speech_threshold: float,
+    max_length: int = MAX_LENGTH,
 ) -> Decoded:
     """Decode at the first temperature; when the text repeats itself (compression ratio above
     2.4) or its mean log-probability is under the threshold, decode again at the next one,
@@ -196,7 +221,7 @@ def decode_with_fallback(
             length_penalty=1.0,
             repetition_penalty=1.0,
             no_repeat_ngram_size=0,
-            max_length=MAX_LENGTH,
+            max_length=max_length,
             return_scores=True,
             return_no_speech_prob=True,
             suppress_blank=True,
