@@ -181,26 +181,31 @@ def ros2(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
     )
 
 
-def stop_ros2_daemon(timeout: float = 30.0) -> str:
-    """`ros2 daemon stop` for this domain. The CLI waits on the daemon's socket with no timeout
-    of its own, and the daemon answers only after its DDS participant is torn down, which can
-    hang: past ``timeout`` the daemon process (``--ros-domain-id`` of this domain) is killed.
-    Returns what happened, for the caller to report."""
+def stop_ros2_daemon(timeout: float = 30.0) -> tuple[bool, str]:
+    """`ros2 daemon stop` for this domain: (whether it hung, what happened). The CLI waits on
+    the daemon's socket with no timeout of its own, and the daemon answers only after its DDS
+    participant is torn down, which can hang: past ``timeout`` the daemon process of this
+    domain (its command line carries ``--ros-domain-id``) is killed. (Another checkout's run
+    that drew the same random domain would share that daemon, as it shares the domain.)"""
     try:
         run = ros2("daemon", "stop", timeout=timeout)
-        return (run.stdout + run.stderr).strip()
+        return False, (run.stdout + run.stderr).strip()
     except subprocess.TimeoutExpired:
         pass
-    domain = os.environ.get("ROS_DOMAIN_ID", "0")
-    killed = []
+    domain = str(int(os.environ.get("ROS_DOMAIN_ID", "0") or 0))
+    flag, ours = "--ros-domain-id", []
     for proc in psutil.process_iter(["pid", "cmdline"]):
         argv = proc.info["cmdline"] or []
-        flag = "--ros-domain-id"
         if "ros2-daemon" in argv and flag in argv and argv[argv.index(flag) + 1 :][:1] == [domain]:
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
-                killed.append(proc.info["pid"])
-    return f"`ros2 daemon stop` hung for {timeout:.0f} s; killed daemon pid(s) {killed}"
+            ours.append(proc)
+    for proc in ours:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    gone, alive = psutil.wait_procs(ours, timeout=5)
+    pids = sorted(p.pid for p in gone)
+    return True, f"`ros2 daemon stop` hung for {timeout:.0f} s; killed daemon pid(s) {pids}" + (
+        f", still alive: {sorted(p.pid for p in alive)}" if alive else ""
+    )
 
 
 def shell(line: str, timeout: float = 60.0) -> subprocess.CompletedProcess:

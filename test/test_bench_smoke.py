@@ -157,4 +157,7 @@ def test_first_window_compares_the_shorter_window_with_the_full_one(tmp_path):
     for variant in ("0.0", "6.0"):
         s = result["summary"][variant]
         assert s["median_s"] > 0 and s["wer"] < 0.5, s
-    assert result["summary"]["0.0"]["median_vs_full"] == 1.0
+    # the first window took part (kept or redone) on every line, and never in the full variant
+    first = result["summary"]["6.0"]
+    assert first["first_window_kept"] + sum(first["redone"].values()) == 3, first
+    assert result["summary"]["0.0"]["first_window_kept"] == 0

@@ -251,8 +251,8 @@ def bring_up(args: dict[str, str], log_dir: Path, probe_name: str):
 def stop_the_daemon():
     """`ros2 topic echo` (as the README writes it) starts a daemon for this domain: stop it."""
     yield
-    said = stop_ros2_daemon()
-    if "hung" in said:  # upstream's teardown, not this stack's: reported, not failed
+    hung, said = stop_ros2_daemon()
+    if hung:  # upstream's teardown, not this stack's: reported, not failed
         warnings.warn(said, stacklevel=1)
 
 

@@ -233,4 +233,16 @@ def test_the_first_window_keeps_a_clean_transcript_and_redoes_a_runaway_one(
     # audio that leaves the window less than 2 s of padding goes straight to the full window
     long = np.concatenate([lines[0], np.zeros(16000 * 3, np.float32)])
     assert first.transcribe(long).text == full.transcribe(long).text
-    assert first.first_window_kept == len(lines) and sum(first.first_window_redone.values()) == 2
+    assert first.first_window_counts()[0] == len(lines)
+    assert sum(first.first_window_counts()[1].values()) == len(lines)  # (none more)
+    # a greedy final is what the first window gives; a beam asked for gets the full window
+    first.beam_size = 2
+    assert first.transcribe(lines[0]).text == expected[0]
+    assert first.first_window_counts()[0] == len(lines)
+    assert sum(first.first_window_counts()[1].values()) == len(lines)
+    # faint noise gives nothing through the first window either, and the warm-up's own
+    # transcripts (both windows) are not counted as what users said
+    first.beam_size = 1
+    noise = np.random.default_rng(1).standard_normal(16000).astype(np.float32) * 0.01
+    assert first.transcribe(noise) is None
+    assert first.warm_up() > 0 and first.first_window_counts() == (0, {})

@@ -43,23 +43,28 @@ def run(windows: list[float], seeds: list[int], limit: int = 0, log=print) -> di
     asr = node_whisper()
     variants = [0.0, *windows]
     redone: dict[str, dict[str, int]] = {str(w): {} for w in variants}
-    rows = []
-    for i, (seed, text, x) in enumerate(spoken(seeds, log)):
-        if limit and i >= limit:
+    kept = dict.fromkeys(map(str, variants), 0)
+    rows: list[dict[str, Any]] = []
+    for seed, text, x in spoken(seeds, log):
+        if limit and len(rows) >= limit:
             break
         audio = speculative_audio(x, pad_ms)
         if audio is None:
             continue
+        i = len(rows)
         row: dict[str, Any] = {"seed": seed, "text": text, "audio_s": audio.size / 16000}
         for w in variants if i % 2 == 0 else variants[::-1]:
-            asr.first_window_s, asr.first_window_redone = w, {}
+            asr.first_window_s = w
+            before_kept, before = asr.first_window_counts()
             t0 = time.perf_counter()
             got = asr.transcribe(audio)
             row[f"{w}_s"] = time.perf_counter() - t0
             row[str(w)] = got.text if got else ""
             row[f"{w}_errors"], row["words"] = word_errors(text, row[str(w)])
-            for why, n in asr.first_window_redone.items():
-                redone[str(w)][why] = redone[str(w)].get(why, 0) + n
+            after_kept, after = asr.first_window_counts()
+            kept[str(w)] += after_kept - before_kept
+            for why, n in after.items():
+                redone[str(w)][why] = redone[str(w)].get(why, 0) + n - before.get(why, 0)
         rows.append(row)
     full = [r["0.0_s"] for r in rows]
     words = sum(r["words"] for r in rows)
@@ -75,7 +80,8 @@ def run(windows: list[float], seeds: list[int], limit: int = 0, log=print) -> di
             "wer": errors / max(1, words),
             "word_errors": errors,
             "differs_from_full": sum(r[str(w)] != r["0.0"] for r in rows),
-            "redone": redone[str(w)],
+            "first_window_kept": kept[str(w)],
+            "redone": {why: n for why, n in redone[str(w)].items() if n},
         }
     return {
         "windows": variants,
@@ -95,7 +101,7 @@ def run(windows: list[float], seeds: list[int], limit: int = 0, log=print) -> di
 def table(result: dict[str, Any]) -> str:
     out = [
         "| first window | median s (÷ full) | p90 s (÷ full) | WER (word errors) | "
-        "transcripts ≠ full | redone with the full window |",
+        "transcripts ≠ full | first window kept / redone with the full window |",
         "|---|---|---|---|---|---|",
     ]
     for w, s in result["summary"].items():
@@ -104,7 +110,8 @@ def table(result: dict[str, Any]) -> str:
         out.append(
             f"| {name} | {s['median_s']:.3f} ({s['median_vs_full']:.2f}) | {s['p90_s']:.3f} "
             f"({s['p90_vs_full']:.2f}) | {s['wer']:.2%} ({s['word_errors']}) | "
-            f"{s['differs_from_full']} of {result['utterances']} | {redone} |"
+            f"{s['differs_from_full']} of {result['utterances']} | {s['first_window_kept']} / "
+            f"{redone} |"
         )
     return "\n".join(out)
 

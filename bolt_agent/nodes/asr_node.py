@@ -117,8 +117,9 @@ class AsrParams:
     )
     encoder_first_window_s: float = param(
         6.0,
-        "a shorter encoder window tried first (audio up to this - 2 s): ~25 % less whisper time; "
-        "a transcript that repeats itself or runs away is redone with encoder_window_s (0 = off)",
+        "a shorter encoder window tried first (audio up to this - 2 s, a set language, greedy "
+        "finals): ~25 % less whisper time; a transcript that repeats itself, runs away or reads "
+        "as silence is redone with encoder_window_s (0 = off)",
         load_time=True,
         low=0.0,
         high=30.0,
@@ -643,6 +644,8 @@ class AsrNode(BoltLifecycleNode):
             device = f"microphone {p.device or 'default'!r} (not open)"
         with self._queued_lock:
             queued = self._queued
+        counts = getattr(engine, "first_window_counts", None)
+        kept, redone = counts() if counts is not None else (0, {})
         return {
             "model": getattr(self, "_model_name", "") if engine is not None else "(not loaded)",
             "compute": f"{engine.device} {engine.compute_type}" if engine is not None else "",
@@ -654,8 +657,8 @@ class AsrNode(BoltLifecycleNode):
             "resumed_after_pause": self._resumed,
             "input_errors": mic.errors if mic is not None else 0,
             # the shorter first encoder window: transcripts it gave, and those redone in full
-            "first_window_kept": getattr(engine, "first_window_kept", 0),
-            "first_window_redone": sum(getattr(engine, "first_window_redone", {}).values()),
+            "first_window_kept": kept,
+            "first_window_redone": sum(redone.values()),
         }
 
     def _publish_audio(self, chunk: np.ndarray, stamp_ns: int) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from bolt_agent.core.speech.whisper_ct2 import (
     MAX_FRAMES,
     MAX_LENGTH,
     SAMPLE_RATE,
+    Decoded,
     WhisperVocab,
     decode_with_fallback,
     degenerate,
@@ -120,6 +122,7 @@ class WhisperEngine(AsrEngine):
         self.first_window_s = first_window_s
         self.first_window_kept = 0  # transcripts the first, shorter window gave
         self.first_window_redone: dict[str, int] = {}  # redone with the full window, by reason
+        self._counts_lock = threading.Lock()  # diagnostics read the counts from another thread
         self._model: Any = None
         self._vocab: Any = None  # whisper_ct2.WhisperVocab
         self._filters: np.ndarray | None = None
@@ -187,8 +190,22 @@ class WhisperEngine(AsrEngine):
         first utterance took 0.43 s instead of ~0.28 s here, and with this 0.28-0.32 s."""
         t0 = time.perf_counter()
         noise = np.random.default_rng(0).standard_normal(SAMPLE_RATE).astype(np.float32)
-        self.transcribe(noise * 0.01, final=False)
+        self.transcribe(noise * 0.01, final=False)  # (the first window's shape, if on)
+        if self.first_window_s > 0:  # and the full window's, which its redos use
+            first, self.first_window_s = self.first_window_s, 0.0
+            try:
+                self.transcribe(noise * 0.01, final=False)
+            finally:
+                self.first_window_s = first
+        with self._counts_lock:  # counts of what users said, not of the warm-up
+            self.first_window_kept, self.first_window_redone = 0, {}
         return time.perf_counter() - t0
+
+    def first_window_counts(self) -> tuple[int, dict[str, int]]:
+        """(transcripts the first window gave, those redone with the full one by reason): one
+        snapshot, safe to take from another thread."""
+        with self._counts_lock:
+            return self.first_window_kept, dict(self.first_window_redone)
 
     def transcribe(self, audio: np.ndarray, final: bool = True) -> AsrResult | None:
         import ctranslate2
@@ -205,7 +222,7 @@ class WhisperEngine(AsrEngine):
         for seek in range(0, content.shape[-1], MAX_FRAMES):  # 30 s windows (one, usually)
             samples = min(audio.size - seek * HOP, MAX_FRAMES * HOP)
             chunk = content[:, seek : seek + MAX_FRAMES]
-            first = self._first_window(chunk, samples, language)
+            first = self._first_window(chunk, samples, language, final)
             if first is not None:
                 pieces.append(first)
                 continue
@@ -232,15 +249,19 @@ class WhisperEngine(AsrEngine):
         text, confidence, no_speech = combined
         return AsrResult(text, confidence, language or "", no_speech)
 
-    def _first_window(self, chunk: np.ndarray, samples: int, language: str | None):
+    def _first_window(
+        self, chunk: np.ndarray, samples: int, language: str | None, final: bool
+    ) -> Decoded | None:
         """One greedy decoding over the shorter ``first_window_s`` encoder window, kept unless
-        it shows whisper's short-window failure (``degenerate``: a repeated sentence, a runaway
-        text, a low log-probability); None = transcribe with the full window as usual. Only
-        for audio that leaves the window at least ``FIRST_WINDOW_MARGIN_S`` of padding, and a
-        known language."""
+        it shows whisper's short-window failure (``degenerate``: a repeated run of words, a
+        runaway text, a low log-probability) or whisper calls it silence (the audio passed
+        the VAD: the full window judges that); None = transcribe with the full window as
+        usual. Only for audio that leaves the window at least ``FIRST_WINDOW_MARGIN_S`` of
+        padding, a known language (``language`` set: detection needs the full window's
+        encoding) and greedy decoding (a final with ``beam_size`` > 1 gets its beam)."""
         import ctranslate2
 
-        if self.first_window_s <= 0 or language is None:
+        if self.first_window_s <= 0 or language is None or (final and self.beam_size > 1):
             return None
         if samples / SAMPLE_RATE + FIRST_WINDOW_MARGIN_S > self.first_window_s:
             return None
@@ -260,12 +281,13 @@ class WhisperEngine(AsrEngine):
             max_length=min(MAX_LENGTH, 2 * (max_tokens + len(prompt) + 1)),
         )  # fmt: skip
         why = degenerate(decoded, max_tokens, self.log_prob_threshold)
-        if why == "low log-probability" and decoded.no_speech_prob > self.no_speech_threshold:
-            why = ""  # whisper's silence: combine_segments drops it, as the full window's would
-        if why:
-            self.first_window_redone[why] = self.first_window_redone.get(why, 0) + 1
-            return None
-        self.first_window_kept += 1
+        if not why and decoded.no_speech_prob > self.no_speech_threshold:
+            why = "silence"  # a short "Yes." is not dropped on the short window's word alone
+        with self._counts_lock:
+            if why:
+                self.first_window_redone[why] = self.first_window_redone.get(why, 0) + 1
+                return None
+            self.first_window_kept += 1
         return decoded
 
     def _prompt(self, language: str) -> list[int]:
