@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bolt_agent.benchmarks.pad_accuracy import (
+    _floats,
     _ints,
     node_whisper,
     speculative_audio,
@@ -114,16 +115,6 @@ def table(result: dict[str, Any]) -> str:
             f"{redone} |"
         )
     return "\n".join(out)
-
-
-def _floats(text: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"comma-separated seconds: {text!r}") from exc
-    if not values or min(values) <= 0:
-        raise argparse.ArgumentTypeError(f"comma-separated seconds > 0: {text!r}")
-    return values
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -151,14 +151,23 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _ints(text: str) -> list[int]:
+def _numbers(text: str, convert, what: str, low: str, ok) -> list:
+    """Comma-separated values for an argparse option: ``convert`` each, all must pass ``ok``."""
     try:
-        values = [int(v) for v in text.split(",") if v.strip()]
+        values = [convert(v) for v in text.split(",") if v.strip()]
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"comma-separated integers: {text!r}") from exc
-    if not values or min(values) < 0:
-        raise argparse.ArgumentTypeError(f"comma-separated integers >= 0: {text!r}")
+        raise argparse.ArgumentTypeError(f"comma-separated {what}: {text!r}") from exc
+    if not values or not all(ok(v) for v in values):
+        raise argparse.ArgumentTypeError(f"comma-separated {what} {low}: {text!r}")
     return values
+
+
+def _ints(text: str) -> list[int]:
+    return _numbers(text, int, "integers", ">= 0", lambda v: v >= 0)
+
+
+def _floats(text: str) -> list[float]:
+    return _numbers(text, float, "seconds", "> 0", lambda v: v > 0)
 
 
 def main(argv: list[str] | None = None) -> int:
