@@ -160,7 +160,7 @@ def test_the_probe_reads_the_turns_own_prompt_cut_after_the_users_words():
 
 #: the few-shot exchange a motion request picks (profile.nearest's part, here by one word)
 EXCHANGE = [
-    {"role": "user", "content": "Give me a nod."},
+    {"role": "user", "content": "Nod once for me, please."},
     {"role": "assistant", "content": "Here is my nod."},
 ]
 
