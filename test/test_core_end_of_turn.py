@@ -106,6 +106,24 @@ def test_words_judged_incomplete_wait_for_the_longest_silence():
     assert k >= 34 + 37  # the cap: 1.2 s of silence
 
 
+def test_finished_looking_words_the_model_is_less_sure_of_end_after_the_middle_silence():
+    # p between likely_threshold (0.03) and the threshold (0.05), and the text looks finished
+    lis = listener(SPEECH, Words("What I really want to know is how old you are."))
+    events = run(lis, range(len(SPEECH)), hint_after_speculation(lis, 0.04))
+    ((k, metrics),) = ends(events)
+    assert metrics.ended_by == "likely" and 600 <= metrics.silence_ms < 650
+    assert 34 + 18 <= k <= 34 + 20  # 600 ms: 19 windows of 32 ms, well before the cap (38)
+    # the same score on words that only whisper's punctuation makes look finished: the cap
+    for text in ("What I really want to know is.", "I would like to buy a...", "Well, I think"):
+        lis = listener(SPEECH, Words(text))
+        ((_k, metrics),) = ends(run(lis, range(len(SPEECH)), hint_after_speculation(lis, 0.04)))
+        assert metrics.ended_by == "silence", text
+    # below likely_threshold: the cap, however finished the text looks
+    lis = listener(SPEECH, Words("I would like to buy."))
+    ((_k, metrics),) = ends(run(lis, range(len(SPEECH)), hint_after_speculation(lis, 0.005)))
+    assert metrics.ended_by == "silence"
+
+
 def test_without_a_hint_the_text_decides_after_the_hint_timeout():
     lis = listener(SPEECH, Words("Can you nod for me?"))
     ((_, metrics),) = ends(run(lis, range(len(SPEECH))))
@@ -180,6 +198,12 @@ def test_fixed_mode_never_ends_early():
         ("So yesterday I went to the market and", False),
         ("Could you turn your head towards the", False),
         ("I want to buy a.", False),
+        ("What I really want to know is.", False),
+        ("I need something to protect me from.", False),
+        # an auxiliary after its subject can close a sentence (embedded question, elided verb)
+        ("What I really want to know is how old you are.", True),
+        ("Yes, I can.", True),
+        ("I was wondering if you could.", True),  # (the model scores this one low: 0.002)
         ("Well,", False),
         ("", False),
     ],
@@ -204,3 +228,40 @@ def test_decisions_and_settings():
         EndOfTurnSettings("smart")
     with pytest.raises(ValueError, match="complete_silence_ms"):
         EndOfTurnSettings("semantic", complete_silence_ms=900, incomplete_silence_ms=800)
+    with pytest.raises(ValueError, match="likely_silence_ms"):
+        EndOfTurnSettings("semantic", likely_silence_ms=1500)
+    with pytest.raises(ValueError, match="likely_silence_ms"):
+        EndOfTurnSettings("semantic", complete_silence_ms=300, likely_silence_ms=200)
+    with pytest.raises(ValueError, match="likely_threshold"):
+        EndOfTurnSettings("semantic", threshold=0.05, likely_threshold=0.1)
+    # the middle band: complete after likely_silence_ms, not before
+    eot = EndOfTurn(SEMANTIC)
+    eot.start("u3")
+    eot.hint("u3", "Yes, I can.", 0.04)
+    assert eot.should_end("Yes, I can.", 300) is None
+    decision = eot.should_end("Yes, I can.", 600)
+    assert decision is not None and (decision.source, decision.silence_ms) == ("likely", 600)
+    eot.hint("u3", "Can you nod for me", 0.04)  # no final punctuation: incomplete
+    assert eot.should_end("Can you nod for me", 1100) is None
+
+
+def test_the_calibration_benchmark_applies_the_listeners_rule():
+    from bolt_agent.benchmarks.end_of_turn_calibration import ended_after, sweep
+
+    rows = [
+        {"heard": "Could you look at the door?", "p_complete": 0.2, "complete": True},
+        {"heard": "What I really want to know is how old you are.", "p_complete": 0.04,
+         "complete": True},
+        {"heard": "Could you look at the", "p_complete": 0.3, "complete": False},  # ends open
+        {"heard": "I would like to buy.", "p_complete": 0.0003, "complete": False},
+        {"heard": "Can you show me how?", "p_complete": 0.035, "complete": False},
+        {"heard": "Can you guess how old?", "p_complete": 0.02, "complete": False},
+    ]  # fmt: skip
+    assert [ended_after(r["heard"], r["p_complete"], SEMANTIC) for r in rows] == [
+        250, 600, None, None, 600, None,
+    ]  # fmt: skip
+    (row,) = sweep(rows, (0.05,))
+    assert row["finished_ended_early"] == row["finished_ended_likely"] == 0.5
+    assert (row["unfinished_ended"], row["unfinished_ended_likely"]) == (0.0, 1 / 4)
+    (row,) = sweep(rows, (0.05,), likely_threshold=0.05)  # no middle band
+    assert row["finished_ended_likely"] == row["unfinished_ended_likely"] == 0.0

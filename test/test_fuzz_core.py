@@ -119,8 +119,10 @@ def test_fuzz_listener(probs, outcomes, echo, speculative, partial_s, ops, seman
         VadConfig(min_speech_ms=64, min_silence_ms=96, speech_pad_ms=32, max_speech_s=1.0),
         ScriptedVad(probs),
     )
-    # semantic: the VAD's 96 ms is the longest wait; complete words end the turn after 32 ms
-    eot = EndOfTurnSettings("semantic" if semantic else "fixed", 32, 96, 0.3, 64)
+    # semantic: the VAD's 96 ms is the longest wait; complete words end the turn after 32 ms,
+    # likely ones after 64 ms
+    mode = "semantic" if semantic else "fixed"
+    eot = EndOfTurnSettings(mode, 32, 96, 0.3, 64, likely_threshold=0.1, likely_silence_ms=64)
     settings_ = ListenerSettings(echo, 0.8, 64, 0, partial_s, speculative, 0.5, eot)
     clock = iter(range(10**6)).__next__  # a deterministic clock (the echo tail is 0)
     listener = Listener(FlakyAsr(outcomes), settings_, vad, runner, clock=lambda: clock())

@@ -27,6 +27,7 @@ SENTENCES = {
         "Could you turn your head towards | the window?",
         "I want you to look at | the door.",
         "Can you show me how | happy you are?",
+        "Can you guess how old | I am?",
         "Tell me what you see on | the table.",
         "Please nod your head if | you agree.",
         "I was wondering if you could | do a little dance.",
@@ -50,8 +51,13 @@ SENTENCES = {
         "Show me the armour that | you made this week.",
         "I need something to protect me from | the wolves.",
         "Would you give me a discount if | I buy two?",
+        "Can you tell me how much | it is?",
     ),
 }
+
+
+#: the middle band's lower bounds the summary compares (at the default threshold, 0.05)
+LIKELY_THRESHOLDS = (0.003, 0.005, 0.01, 0.02, 0.03, 0.05)
 
 
 def auc(positives: list[float], negatives: list[float]) -> float | None:
@@ -83,22 +89,51 @@ def best_threshold(positives: list[float], negatives: list[float]) -> dict[str, 
     }
 
 
-def sweep(rows: list[dict[str, Any]], thresholds=(0.03, 0.04, 0.05, 0.06, 0.07, 0.1, 0.15)) -> list:
-    """The listener's whole rule (p >= threshold and the last word does not ask for more) at
-    several thresholds: unfinished beginnings it would end (split turns) and finished requests
-    it ends after the short silence."""
-    from bolt_agent.core.speech.end_of_turn import ends_open
+def ended_after(text: str, p_complete: float, settings) -> float | None:
+    """The silence in ms after which the listener's rule (``EndOfTurn`` with this hint) ends a
+    turn on these words; None: it waits for the cap."""
+    from bolt_agent.core.speech.end_of_turn import EndOfTurn
 
+    eot = EndOfTurn(settings)
+    eot.start("calibration")
+    eot.hint("calibration", text, p_complete)
+    decision = eot.judge(text, 0.0)
+    return decision.silence_ms if decision is not None and decision.complete else None
+
+
+def sweep(
+    rows: list[dict[str, Any]],
+    thresholds=(0.03, 0.04, 0.05, 0.06, 0.07, 0.1, 0.15),
+    likely_threshold: float | None = None,
+) -> list:
+    """The listener's whole rule (``EndOfTurn``: p >= threshold and the last word does not ask
+    for more; the likely band below it) at several thresholds: unfinished beginnings it would
+    end after the short silence or the middle one (split turns when the pause is longer) and
+    finished requests it ends there. ``likely_threshold``: None = the default, capped at the
+    threshold (= the threshold: no middle band)."""
+    from bolt_agent.core.speech.end_of_turn import EndOfTurnSettings
+
+    default = EndOfTurnSettings()
     fin = [r for r in rows if r["complete"]]
     unf = [r for r in rows if not r["complete"]]
     out = []
     for t in thresholds:
-        ends = lambda r, t=t: r["p_complete"] >= t and not ends_open(r["heard"])  # noqa: E731
+        likely = default.likely_threshold if likely_threshold is None else likely_threshold
+        settings = EndOfTurnSettings("semantic", threshold=t, likely_threshold=min(likely, t))
+
+        def share(group, silence_ms, settings=settings) -> float:
+            ended = [ended_after(r["heard"], r["p_complete"], settings) for r in group]
+            return sum(s == silence_ms for s in ended) / len(group)
+
+        short, middle = settings.complete_silence_ms, settings.likely_silence_ms
         out.append(
             {
                 "threshold": t,
-                "unfinished_ended": sum(map(ends, unf)) / len(unf),
-                "finished_ended_early": sum(map(ends, fin)) / len(fin),
+                "likely_threshold": settings.likely_threshold,
+                "unfinished_ended": share(unf, short),
+                "finished_ended_early": share(fin, short),
+                "unfinished_ended_likely": share(unf, middle),
+                "finished_ended_likely": share(fin, middle),
             }
         )
     return out
@@ -192,6 +227,11 @@ def main(argv: list[str] | None = None) -> int:
         "with_nearest": args.with_nearest,
         "profiles": results,
         "sweep_all_profiles": sweep(rows),
+        "likely_sweep_all_profiles": [
+            {**row, "likely_threshold": lt}
+            for lt in LIKELY_THRESHOLDS
+            for row in sweep(rows, (0.05,), lt)
+        ],
     }
     args.out.write_text(json.dumps(summary, indent=2))
     print(
@@ -206,12 +246,16 @@ def main(argv: list[str] | None = None) -> int:
             f" | {r['no_split_threshold']:.3g} ({r['no_split_recall']:.0%}) | "
             f"{r['text_rule_accuracy']:.0%} |"
         )
-    print("\n| threshold | unfinished beginnings ended (split) | finished ended early |")
+    print(
+        "\n| threshold (likely threshold) | unfinished beginnings ended: short silence / middle "
+        "| finished ended: short silence / middle |"
+    )
     print("|---|---|---|")
-    for row in summary["sweep_all_profiles"]:
+    for row in summary["sweep_all_profiles"] + summary["likely_sweep_all_profiles"]:
         print(
-            f"| {row['threshold']} | {row['unfinished_ended']:.0%} | "
-            f"{row['finished_ended_early']:.0%} |"
+            f"| {row['threshold']} ({row['likely_threshold']}) | {row['unfinished_ended']:.0%} / "
+            f"{row['unfinished_ended_likely']:.0%} | {row['finished_ended_early']:.0%} / "
+            f"{row['finished_ended_likely']:.0%} |"
         )
     print(f"wrote {args.out}")
     return 0

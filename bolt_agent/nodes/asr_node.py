@@ -188,6 +188,21 @@ class AsrParams:
         low=0.0,
         high=1.0,
     )
+    end_of_turn_likely_threshold: float = param(
+        0.03,
+        "semantic: p_complete at or above which (and below end_of_turn_threshold) words that "
+        "look finished (final punctuation, no ellipsis, a last word that closes) end the turn "
+        "after end_of_turn_likely_silence_ms (at most end_of_turn_threshold)",
+        low=0.0,
+        high=1.0,
+    )
+    end_of_turn_likely_silence_ms: int = param(
+        600,
+        "semantic: the silence in ms that ends a turn judged likely complete (kept within "
+        "[end_of_turn_silence_ms, end_of_turn_max_silence_ms])",
+        low=0,
+        high=60000,
+    )
     end_of_turn_hint_timeout_ms: int = param(
         800,
         "semantic: silence in ms after which the text alone decides when no hint has come "
@@ -331,6 +346,7 @@ class AsrNode(BoltLifecycleNode):
 
     def _listener_settings(self) -> ListenerSettings:
         p = self.params
+        complete = min(p.end_of_turn_silence_ms, p.end_of_turn_max_silence_ms)
         return ListenerSettings(
             echo_mode=p.echo_mode,
             barge_in_threshold=p.barge_in_threshold,
@@ -341,10 +357,14 @@ class AsrNode(BoltLifecycleNode):
             backlog_s=_BACKLOG_S,
             end_of_turn=EndOfTurnSettings(
                 p.end_of_turn,
-                complete_silence_ms=min(p.end_of_turn_silence_ms, p.end_of_turn_max_silence_ms),
+                complete_silence_ms=complete,
                 incomplete_silence_ms=p.end_of_turn_max_silence_ms,
                 threshold=p.end_of_turn_threshold,
                 hint_timeout_ms=p.end_of_turn_hint_timeout_ms,
+                likely_threshold=min(p.end_of_turn_likely_threshold, p.end_of_turn_threshold),
+                likely_silence_ms=min(
+                    max(p.end_of_turn_likely_silence_ms, complete), p.end_of_turn_max_silence_ms
+                ),
             ),
         )
 

@@ -5,6 +5,10 @@ short, and a user who pauses mid-sentence ("I would like to buy … a long sword
 ``EndOfTurn`` decides while the silence lasts, from the speculative transcript of the words so far:
 
 * **complete** → the turn ends once the silence reaches ``complete_silence_ms`` (~250 ms);
+* **likely** (the model less sure, ``likely_threshold`` ≤ p < ``threshold``, and the text looks
+  finished: final punctuation, no ellipsis, a last word that closes) → ``likely_silence_ms``
+  (~600 ms): a finished sentence the model scores just under the threshold no longer waits for
+  the cap, and a beginning that only whisper's punctuation makes look finished scores far lower;
 * **incomplete** → it waits until ``incomplete_silence_ms`` (~1.2 s), the VAD's own cap;
 * **not known yet** (no speculative transcript) → the cap ends it.
 
@@ -25,23 +29,37 @@ import re
 from dataclasses import dataclass
 
 MODES = ("fixed", "semantic")
+#: auxiliaries: after their subject they can close a sentence, an embedded question or an
+#: elided verb ("… how old you are", "Yes, I can"); there the model's probability decides
+_AUXILIARY_WORDS = (
+    "is are was were be been am do does did have has had will would could should can may might "
+    "must shall"
+)
+_SUBJECT_WORDS = "i you we they he she it"
 #: a last word that needs more after it (articles, prepositions, conjunctions, auxiliaries…)
 _CONTINUE_WORDS = (
     "a an the and or but so because if then than that which who whose where when while to of "
     "for with from into onto at by about as like towards toward across against between among "
     "without upon through my your his her our their its this these those "
-    "some any no every is are was were be been am do does did have has had will would could "
-    "should can may might must shall i we they he she um uh er erm"
+    f"some any no every {_AUXILIARY_WORDS} i we they he she um uh er erm"
 )
 _CONTINUES = frozenset(_CONTINUE_WORDS.split())
+_AUXILIARIES = frozenset(_AUXILIARY_WORDS.split())
+_SUBJECTS = frozenset(_SUBJECT_WORDS.split())
 _FINAL_PUNCT = (".", "?", "!")
 
 
 def ends_open(text: str) -> bool:
-    """The last word asks for more ("… to buy a", "… protect me from"): never a turn's end,
-    whatever the punctuation or the model says."""
+    """The last word asks for more ("… to buy a", "… protect me from", "… to know is"): never a
+    turn's end, whatever the punctuation or the model says. An auxiliary after a subject
+    pronoun ("… how old you are") is left to the model."""
     words = re.findall(r"[a-zA-Z']+", text.lower())
-    return not words or words[-1] in _CONTINUES
+    if not words:
+        return True
+    last = words[-1]
+    if last in _AUXILIARIES and len(words) > 1 and words[-2] in _SUBJECTS:
+        return False
+    return last in _CONTINUES
 
 
 def text_looks_complete(text: str) -> bool:
@@ -50,10 +68,7 @@ def text_looks_complete(text: str) -> bool:
     t = text.strip()
     if not t or t.endswith(("...", "…", ",", ";", ":", "-", "—")):
         return False
-    if not t.endswith(_FINAL_PUNCT):
-        return False
-    words = re.findall(r"[a-zA-Z']+", t.lower())
-    return bool(words) and words[-1] not in _CONTINUES
+    return t.endswith(_FINAL_PUNCT) and not ends_open(t)
 
 
 @dataclass(frozen=True)
@@ -63,6 +78,8 @@ class EndOfTurnSettings:
     incomplete_silence_ms: int = 1200  # the longest wait: ends any turn (the VAD's cap)
     threshold: float = 0.05  # hint p_complete at or above which the words are complete
     hint_timeout_ms: int = 800  # silence after which the text decides when no hint came
+    likely_threshold: float = 0.03  # hint p_complete at or above which finished-looking text…
+    likely_silence_ms: int = 600  # …ends the turn after this silence
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -72,6 +89,17 @@ class EndOfTurnSettings:
                 f"complete_silence_ms ({self.complete_silence_ms}) must be within "
                 f"[0, incomplete_silence_ms ({self.incomplete_silence_ms})]"
             )
+        if not self.complete_silence_ms <= self.likely_silence_ms <= self.incomplete_silence_ms:
+            raise ValueError(
+                f"likely_silence_ms ({self.likely_silence_ms}) must be within "
+                f"[complete_silence_ms ({self.complete_silence_ms}), "
+                f"incomplete_silence_ms ({self.incomplete_silence_ms})]"
+            )
+        if not 0 <= self.likely_threshold <= self.threshold:
+            raise ValueError(
+                f"likely_threshold ({self.likely_threshold}) must be within "
+                f"[0, threshold ({self.threshold})]"
+            )
 
 
 @dataclass(frozen=True)
@@ -79,8 +107,9 @@ class Decision:
     """Why a turn ended early (for logs and the benchmark)."""
 
     complete: bool
-    source: str  # hint | text
+    source: str  # hint | likely (the hint's middle band, the text agreeing) | text
     p_complete: float | None = None
+    silence_ms: float = 0.0  # the silence after which a complete decision ends the turn
 
 
 class EndOfTurn:
@@ -111,9 +140,13 @@ class EndOfTurn:
         s = self.settings
         p = self._hints.get(text.strip())
         if p is not None:
-            return Decision(p >= s.threshold and not ends_open(text), "hint", p)
+            if p >= s.threshold and not ends_open(text):
+                return Decision(True, "hint", p, s.complete_silence_ms)
+            if p >= s.likely_threshold and text_looks_complete(text):
+                return Decision(True, "likely", p, s.likely_silence_ms)
+            return Decision(False, "hint", p)
         if silence_ms >= s.hint_timeout_ms:
-            return Decision(text_looks_complete(text), "text")
+            return Decision(text_looks_complete(text), "text", None, s.hint_timeout_ms)
         return None
 
     def should_end(self, text: str | None, silence_ms: float) -> Decision | None:
@@ -124,4 +157,6 @@ class EndOfTurn:
         if silence_ms < self.settings.complete_silence_ms:
             return None
         decision = self.judge(text, silence_ms)
-        return decision if decision is not None and decision.complete else None
+        if decision is None or not decision.complete or silence_ms < decision.silence_ms:
+            return None
+        return decision
