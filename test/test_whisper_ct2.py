@@ -200,6 +200,25 @@ def test_a_decoding_loop_is_told_from_speech():
     assert degenerate(_decoded("Mm.", 2, -1.5), 20, -1.0) == "low log-probability"
 
 
+def test_a_loop_of_one_sentence_gives_that_sentence():
+    """``repeated_sentence``: the first window's usual failure on recorded speech is one
+    sentence said again (the last copy cut by the token budget); anything else is redone."""
+    from bolt_agent.core.speech.whisper_ct2 import repeated_sentence
+
+    loop = "Do you like music? Do you like music? Do you like music? Do you like"
+    assert repeated_sentence(loop) == "Do you like music?"
+    assert repeated_sentence("Please give me a happy nod. please give me a happy nod.") == (
+        "Please give me a happy nod."
+    )
+    assert repeated_sentence("Please give me a happy nod.") == ""  # said once: no loop
+    assert repeated_sentence("Nod. Then wave. Nod.") == ""  # other sentences in between
+    assert repeated_sentence("Do you like music? Do you like dancing?") == ""
+    cut = "Please give me a happy nod. Please give me a happy"  # the second copy cut short
+    assert repeated_sentence(cut) == "Please give me a happy nod."
+    assert repeated_sentence("Please give me a happy nod. Please give me a hat") == ""
+    assert repeated_sentence("Do you like music Do you like music") == ""  # no sentence end
+
+
 @pytest.mark.slow
 def test_the_first_window_keeps_a_clean_transcript_and_redoes_a_runaway_one(
     speech_wav,  # noqa: F811

