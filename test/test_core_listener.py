@@ -305,33 +305,36 @@ def test_stale_speculation_is_never_transcribed_nor_published_by_a_busy_transcri
 
 
 def test_echo_gate_ignores_the_mic_while_the_robot_speaks_and_for_the_tail():
-    # two utterances: windows 4-33 (robot speaking) and 64-93 (robot quiet for 0.29 s, then more)
+    # two utterances: windows 4-33 (robot speaking) and 64-93 (the robot stops at 64)
     probs = [0.0] * 4 + [0.9] * 30 + [0.0] * 30 + [0.9] * 30 + [0.0] * 30
     config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=0, start_pad_ms=0)
-    now = [100.0]
+    # the wall clock stands still: all the audio comes in one burst (a stalled publisher, a bag
+    # played fast), and the tail is still 300 ms of it
     listener, asr = make(
         probs,
         config,
         echo_mode="gate",
         echo_tail_ms=300,
         partial_interval_s=0.0,
-        clock=lambda: now[0],
+        clock=lambda: 100.0,
     )
     listener.robot_speaking(True)
     assert feed(listener, range(64)) == [] and asr.calls == []
     assert listener.vad.offset == 64 * WINDOW  # skipped, the stream position kept
     listener.robot_speaking(False)
-    now[0] = 100.29
-    assert feed(listener, range(64, 70)) == []  # within the 300 ms tail
-    now[0] = 100.31
-    events = feed(listener, range(70, len(probs)))
+    # the tail: 300 ms = 4800 samples from block 64's start, so blocks 64-73 (73 starts 4608
+    # samples in) are ignored and 74 is heard
+    assert feed(listener, range(64, 70)) == []
+    listener.robot_speaking(False)  # said again (a latched state re-sent): no new tail
+    assert feed(listener, range(70, 74)) == []
+    events = feed(listener, range(74, len(probs)))
     uid = events[0][1].utterance_id
-    # heard from block 70 only: the VAD's onset is there, not at the speech's true start (64)
+    # heard from block 74 only: the VAD's onset is there, not at the speech's true start (64)
     assert [(k, e) for k, e in events if isinstance(e, VoiceActivityEvent)] == [
-        (74, VoiceActivityEvent(uid, True, False, at(74, 70 * WINDOW))),
+        (78, VoiceActivityEvent(uid, True, False, at(78, 74 * WINDOW))),
         (103, VoiceActivityEvent(uid, False, False, at(103, 94 * WINDOW))),
     ]
-    assert asr.calls == [(True, 70 * WINDOW, 94 * WINDOW)]
+    assert asr.calls == [(True, 74 * WINDOW, 94 * WINDOW)]
 
     # the robot starts speaking in the middle of an utterance: it is closed and dropped
     listener, asr = make(probs, config, echo_mode="gate", partial_interval_s=0.0)

@@ -6,7 +6,10 @@ ASR node used to decide inline:
 * **echo** (``echo_mode``): while the robot speaks (``robot_speaking(True)``) and for
   ``echo_tail_ms`` after it stops, ``gate`` ignores the mic (an open utterance is closed and
   dropped); ``barge_in`` raises the VAD's threshold and minimum speech length instead, and an
-  utterance started while the robot speaks is flagged ``barge_in``;
+  utterance started while the robot speaks is flagged ``barge_in``. A change takes effect from
+  the next pushed block, and the tail is counted in audio, not in wall time: audio that
+  arrives in a burst (a publisher that stalled, a bag played faster) gets the same 300 ms, not
+  a tail stretched over the user's first words;
 * **partials** every ``partial_interval_s`` of speech, skipped while more than ``backlog_s`` of
   audio waits behind the block or while the transcriber is still busy;
 * **speculative final** (``speculative_final``): as soon as a silence begins
@@ -258,18 +261,23 @@ class Listener:
         self._barge_mode = False
         self._speculation: _Speculation | None = None
         self._last_job: JobHandle | None = None  # the latest job (partials wait for it)
-        self._robot_speaking = False
-        self._robot_quiet_since: float | None = None
+        self._robot_speaking = False  # as the pushing thread applies it, block by block
+        self._robot_said = False  # the latest robot_speaking (any thread)
+        self._robot_stopped = False  # it went from speaking to quiet since the last block
+        self._robot_lock = threading.Lock()
+        self._quiet_from: int | None = None  # stream offset of the first block after the stop
         self.end_of_turn = EndOfTurn(self.settings.end_of_turn)
         self._hints: list[tuple[str, str, float]] = []  # from any thread, taken by push
         self._hints_lock = threading.Lock()
 
     # --- inputs ----------------------------------------------------------------------------
     def robot_speaking(self, speaking: bool) -> None:
-        """The robot started or stopped speaking (the echo tail runs from the stop)."""
-        if self._robot_speaking and not speaking:
-            self._robot_quiet_since = self._clock()
-        self._robot_speaking = bool(speaking)
+        """The robot started or stopped speaking (any thread): applied from the next pushed
+        block; the echo tail runs over ``echo_tail_ms`` of audio from there."""
+        with self._robot_lock:
+            if self._robot_said and not speaking:
+                self._robot_stopped = True
+            self._robot_said = bool(speaking)
 
     def end_of_turn_hint(self, utterance_id: str, text: str, p_complete: float) -> None:
         """The LLM's judgement of a speculative transcript (any thread; used by the next push)."""
@@ -290,6 +298,7 @@ class Listener:
         chunk = clean_block(chunk)
         seg, s = self.vad, self.settings
         self._anchor = (seg.offset, stamp_ns)
+        self._apply_robot_state()
         if s.echo_mode == "gate" and self._echo_gated():
             if seg.in_speech:
                 self._voice(False, seg.offset)
@@ -357,11 +366,22 @@ class Listener:
         return anchor_ns + (offset - anchor_offset) * _NS // SAMPLE_RATE
 
     # --- decisions (pushing thread) ----------------------------------------------------------
+    def _apply_robot_state(self) -> None:
+        with self._robot_lock:
+            speaking, stopped = self._robot_said, self._robot_stopped
+            self._robot_stopped = False
+        if stopped:
+            self._quiet_from = self.vad.offset
+        self._robot_speaking = speaking
+
     def _echo_gated(self) -> bool:
+        """Whether the block starting at the stream position is the robot's (speaking, or within
+        the tail: ``echo_tail_ms`` of audio after the first block pushed after the stop)."""
         if self._robot_speaking:
             return True
-        quiet = self._robot_quiet_since
-        return quiet is not None and self._clock() - quiet < self.settings.echo_tail_ms / 1000
+        quiet = self._quiet_from
+        tail = self.settings.echo_tail_ms * SAMPLE_RATE // 1000
+        return quiet is not None and self.vad.offset - quiet < tail
 
     def _idle(self) -> bool:
         return self._last_job is None or self._last_job.done()
