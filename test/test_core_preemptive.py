@@ -186,6 +186,51 @@ def test_the_probe_with_nearest_prefills_the_turns_exchange_before_the_hint():
         assert turn_prompt.startswith(probe) is with_nearest
 
 
+def test_after_a_pause_the_exchange_prefilled_from_the_first_words_serves_the_probe_and_turn():
+    """llm_node's ``prefill_after_pause``: the user went on after "Can you nod", so the history
+    and the exchange those words pick were prefilled while they talked; the probe at the next
+    pause carries that exchange (the cache holds it: no extra cost) and the turn reuses the
+    probe's whole prompt. Without the prefill the probe leaves the exchange out."""
+    for prefilled in (True, False):
+        h = Harness(["Hello!", "Here it is."], nearest=lambda t: EXCHANGE if "nod" in t else [])
+        # the first pause: a preemptive turn and a probe; the user goes on while the probe
+        # runs, so the turn is discarded before it starts (dropped, no cancel)
+        first, _ = h.held("u1", "Can you nod")
+        h.engine.continuation_p = lambda prompt, continuations, held=first: held.discard() or 0.42
+        h.scheduler.speculate("u1", "Can you nod", NO_THINK, first, probe=True)
+        if prefilled:
+            assert h.scheduler.prewarm("u1", "Can you nod") is not None
+        h.scheduler.run_pending()
+        assert "Here is my nod." not in h.engine.probes[0][0]  # nothing cached it yet
+        # the second pause: the whole request
+        held, _sink = h.held("u1", "Can you nod for me?")
+        held.commit()
+        h.scheduler.speculate("u1", "Can you nod for me?", NO_THINK, held, probe=True)
+        h.scheduler.run_pending()
+        probe = h.engine.probes[1][0]
+        turn_prompt = h.engine.prompts[-1]
+        assert probe.endswith("Can you nod for me") and "Here is my nod." in turn_prompt
+        assert ("Here is my nod." in probe) is prefilled
+        assert turn_prompt.startswith(probe) is prefilled
+
+
+def test_a_prewarm_waits_for_no_turn_that_a_cancel_has_stopped():
+    """The preemptive turn the user's resumption discards may still be running when the prefill
+    after the pause is asked for: once cancelled it no longer holds prefills back."""
+    h = Harness(["one two three four five six.", "Fine."])
+    asked: list[object] = []
+    h.engine.on_token = lambda n: n == 2 and asked.extend(
+        [h.scheduler.prewarm("u0", "still"), h.scheduler.cancel("barge-in"),
+         h.scheduler.prewarm("u1", "Can you")]
+    )  # fmt: skip
+    h.scheduler.submit("t1", "count", NO_THINK, RecordingSink())
+    h.scheduler.run_pending()
+    assert asked[0] is None and asked[1] == "t1"  # refused while t1 ran, then t1 stopped
+    assert asked[2] is not None and asked[2].is_set()  # queued, and run after t1 ended
+    opened = "<|turn>user\nCan you<turn|>\n<|turn>model\n<|channel>thought\n<channel|>"
+    assert h.engine.cached.endswith(opened)
+
+
 def test_a_probe_alone_does_not_cancel_the_turn_in_progress_and_a_stale_one_is_silent():
     h = Harness(["one two three four five six.", "Fine."])
     h.engine.continuation_p = lambda prompt, continuations: 0.9

@@ -107,6 +107,43 @@ def test_prewarm_leaves_the_turn_only_its_last_token_and_keeps_the_history(engin
     assert 0 < new <= tail + 1 < warmed, (warmed, tail, stats.stats[0])
 
 
+def test_a_probe_after_a_prefill_of_the_first_words_carries_their_exchange(engine):
+    """llm_node's prefill after a pause, on the real engine: the history and the exchange that
+    "Can you nod" picks are prefilled; the probe of the whole request then evaluates only its
+    own words (the cache holds the exchange), and the turn reuses the probe's prompt."""
+    profile = load_profile("reachy_mini")
+    exchange = [
+        {"role": "user", "content": "Nod once for me, please."},
+        {"role": "assistant", "content": "Here is my nod, a happy one."},
+    ]
+    dialogue = Dialogue(profile.persona, nearest=lambda t: exchange if "nod" in t else [])
+    runner = TurnRunner(engine, dialogue, profile.registry, RunnerConfig(max_steps=1))
+    knobs = Knobs(enable_thinking=False)
+    assert runner.prewarm(TurnRequest("u1", "", knobs, "auto")) > 0  # speech start: history
+    render = runner._renderer(knobs)
+    with_exchange = render(dialogue.preview("Can you nod for me", None, True))
+    held = engine.cached_tokens(with_exchange)
+    assert held < engine.count_tokens(with_exchange) - 30  # the exchange is not cached
+    # a probe now leaves the exchange out: it would cost its prefill
+    assert runner.end_of_turn_probability(TurnRequest("u1", "Can you nod", knobs, "auto"))
+    assert engine.cached_tokens(with_exchange) < engine.count_tokens(with_exchange) - 30
+    # the user went on: their words so far are prefilled with their exchange
+    assert runner.prewarm(TurnRequest("u1", "Can you nod", knobs, "auto")) > 30
+    sessions = []
+    real_start = engine.start
+    engine.start = lambda prompt: sessions.append(real_start(prompt)) or sessions[-1]
+    request = TurnRequest("u1", "Can you nod for me?", knobs, "auto")
+    try:
+        p = runner.end_of_turn_probability(request)
+        result = runner.run(request, RecordingSink())
+    finally:
+        del engine.start
+    assert p is not None and 0.0 <= p <= 1.0
+    probe, turn = sessions[0].stats, result.stats[0]
+    assert probe.prompt_tokens - probe.reused_tokens <= 6, probe  # " for me": the words alone
+    assert turn.reused_tokens >= probe.prompt_tokens - 1, (probe, turn)  # the probe's prompt
+
+
 def test_cancel_stops_within_one_decode_step(engine):
     runner = runner_for(engine, max_steps=1, max_new_tokens=120, max_speech_chars=200)
     counts = {}

@@ -241,6 +241,12 @@ class LlmParams:
         "turn's does: a request that gets one pays its prefill in the probe (a later hint) "
         "instead of after it (a later first token)",
     )
+    prefill_after_pause: bool = param(
+        True,
+        "when the user goes on after a pause, prefill the history with the few-shot exchange "
+        "their words so far pick (with prefill_on_partial): the probe at the next pause carries "
+        "an exchange the cache holds, and a motion request's turn starts without its prefill",
+    )
     preemptive_hold_s: float = param(
         5.0,
         "longest wait in s for the final transcript of a preemptive turn; then it is discarded",

@@ -6,6 +6,7 @@ uses a real tokenizer when one is given so token budgeting stays exact.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable
 
@@ -40,6 +41,8 @@ class ScriptedEngine(TextEngine):
         #: test hook for ``next_token_probability``: (prompt, continuations) -> p (None: unknown)
         self.continuation_p: Callable[[str, list[str]], float | None] | None = None
         self.probes: list[tuple[str, list[str]]] = []
+        #: a prefix cache in text: the last prompt started, prefilled or probed
+        self.cached = ""
 
     @property
     def n_ctx(self) -> int:
@@ -48,12 +51,22 @@ class ScriptedEngine(TextEngine):
     def count_tokens(self, text: str) -> int:
         return self._count(text)
 
+    def cached_tokens(self, prompt: str) -> int:
+        # character by character is what is meant: these are texts, not paths
+        return self.count_tokens(os.path.commonprefix([self.cached, prompt]))  # noqa: RUF071
+
+    def prefill(self, prompt: str) -> int:
+        self.cached = prompt
+        return 0  # (nothing is computed: a prewarm reports no work)
+
     def next_token_probability(self, prompt: str, continuations: list[str]) -> float | None:
         self.probes.append((prompt, list(continuations)))
+        self.cached = prompt
         return None if self.continuation_p is None else self.continuation_p(prompt, continuations)
 
     def start(self, prompt: str) -> DecodeSession:
         self.prompts.append(prompt)
+        self.cached = prompt
         script = self._scripts.pop(0) if self._scripts else ""
         return _ScriptedSession(whitespace_tokens(script), self.count_tokens(prompt), self)
 

@@ -167,10 +167,13 @@ class TurnRunner:
 
         The prompt is the history and the user's words, without the nearest few-shot exchanges
         a turn puts before them (``with_nearest`` adds them): those depend on the words, so
-        they would cost a prefill of ~250 tokens on every silence, while the history is in the
+        they would cost a prefill of ~75 tokens on every silence, while the history is in the
         cache already (prefilled when the user started speaking), so this costs about one
-        forward pass over the words. None when it cannot be told (the engine gives no
-        probabilities, the prompt would not fit, a turn is running)."""
+        forward pass over the words. When the cache already holds the exchange these words
+        pick (a prefill of earlier words of the same utterance brought it in: ``prewarm``), the
+        probe carries it at no extra cost, and the turn after it reuses all of it. None when it
+        cannot be told (the engine gives no probabilities, the prompt would not fit, a turn is
+        running)."""
         words = request.user_text.strip().rstrip(_TRAILING_PUNCT)
         if not words:
             return None
@@ -178,7 +181,9 @@ class TurnRunner:
             return None
         try:
             render = self._renderer(request.knobs)
-            nearest = with_nearest and _teaches(request)
+            nearest = _teaches(request) and (
+                with_nearest or self._exchange_cached(render, words, request.scene)
+            )
             messages = self.dialogue.preview(words, request.scene, nearest)
             prompt = render(messages)
             content = messages[-1]["content"]
@@ -193,6 +198,16 @@ class TurnRunner:
             return self.engine.next_token_probability(prompt[:cut], ends)
         finally:
             self._lock.release()
+
+    def _exchange_cached(self, render, words: str, scene: str | None) -> bool:
+        """Whether the cache holds the history and the few-shot exchange ``words`` pick, up to
+        the user's message (2 tokens of slack for a merge at its start)."""
+        messages = self.dialogue.preview(words, scene, True)
+        if len(messages) == len(self.dialogue.preview(words, scene, False)):
+            return False  # no exchange for these words
+        prompt = render(messages)
+        head = prompt[: prompt.rfind(messages[-1]["content"])]
+        return self.engine.cached_tokens(prompt) >= self.engine.count_tokens(head) - 2
 
     def _mark_stable(self, render, stable: list[dict[str, Any]], prompt: str) -> None:
         """Tell the engine where the next prompt will depart from ``prompt`` (before this

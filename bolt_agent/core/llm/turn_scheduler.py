@@ -211,9 +211,9 @@ class TurnScheduler:
 
     def prewarm(self, utterance_id: str, text: str) -> threading.Event | None:
         """Queue a prefill up to ``text``; the event set when it is over (None: not queued,
-        the scheduler is stopped or a turn is running)."""
+        the scheduler is stopped or a turn is running that no cancel has stopped yet)."""
         with self._lock:
-            if self._active and not self.current_turn:
+            if self._active and self.current_turn in ("", self._stopped_turn):
                 job = PrewarmJob(utterance_id, text, self.token.current_live())
                 self._jobs.put(job)
                 return job.done

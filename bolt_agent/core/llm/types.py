@@ -115,6 +115,11 @@ class TextEngine(ABC):
         tokens newly evaluated. Engines without a cache do nothing."""
         return 0
 
+    def cached_tokens(self, prompt: str) -> int:
+        """How many of ``prompt``'s first tokens the cache holds now (what a ``start`` of it
+        would not evaluate again). 0: the engine keeps no cache, or cannot tell."""
+        return 0
+
     def mark_stable(self, prefix: str) -> None:  # noqa: B027 (optional hook)
         """The next ``start``/``prefill`` prompt begins with ``prefix``, and the prompt after it
         will too, but may differ right after it (per-turn few-shot examples go there): an

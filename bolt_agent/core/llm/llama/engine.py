@@ -188,6 +188,11 @@ class LlamaEngine(TextEngine):
     def count_tokens(self, text: str) -> int:
         return len(self.tokenize(text))
 
+    def cached_tokens(self, prompt: str) -> int:
+        """The live cache's common prefix with ``prompt`` (a rollback of a few tokens stays
+        within the sliding window, so the guard's check is not needed to tell)."""
+        return _common_prefix(self.llm._input_ids, self.tokenize(prompt))
+
     def mark_stable(self, prefix: str) -> None:
         self._stable = prefix
 
