@@ -181,11 +181,7 @@ class TurnRunner:
             return None
         try:
             render = self._renderer(request.knobs)
-            nearest = _teaches(request) and (
-                with_nearest or self._exchange_cached(render, words, request.scene)
-            )
-            messages = self.dialogue.preview(words, request.scene, nearest)
-            prompt = render(messages)
+            messages, prompt, nearest = self._probe_prompt(request, words, render, with_nearest)
             content = messages[-1]["content"]
             cut = prompt.rfind(content)
             if cut < 0 or self.engine.count_tokens(prompt) > self._prompt_limit():
@@ -199,15 +195,27 @@ class TurnRunner:
         finally:
             self._lock.release()
 
-    def _exchange_cached(self, render, words: str, scene: str | None) -> bool:
-        """Whether the cache holds the history and the few-shot exchange ``words`` pick, up to
-        the user's message (2 tokens of slack for a merge at its start)."""
-        messages = self.dialogue.preview(words, scene, True)
-        if len(messages) == len(self.dialogue.preview(words, scene, False)):
-            return False  # no exchange for these words
-        prompt = render(messages)
-        head = prompt[: prompt.rfind(messages[-1]["content"])]
-        return self.engine.cached_tokens(prompt) >= self.engine.count_tokens(head) - 2
+    def _probe_prompt(
+        self, request: TurnRequest, words: str, render, with_nearest: bool
+    ) -> tuple[list[dict[str, Any]], str, bool]:
+        """The probe's messages, their prompt, and whether they carry the nearest exchange:
+        with ``with_nearest``, or when the cache already holds the history and the exchange
+        ``words`` pick up to the user's message (2 tokens of slack for a merge at its start).
+        Each preview and render is done once."""
+        scene = request.scene
+        if not _teaches(request):
+            plain = self.dialogue.preview(words, scene, False)
+            return plain, render(plain), False
+        taught = self.dialogue.preview(words, scene, True)
+        if with_nearest:
+            return taught, render(taught), True
+        plain = self.dialogue.preview(words, scene, False)
+        if len(taught) > len(plain):  # the words pick an exchange
+            prompt = render(taught)
+            head = prompt[: prompt.rfind(taught[-1]["content"])]
+            if self.engine.cached_tokens(prompt) >= self.engine.count_tokens(head) - 2:
+                return taught, prompt, True
+        return plain, render(plain), False
 
     def _mark_stable(self, render, stable: list[dict[str, Any]], prompt: str) -> None:
         """Tell the engine where the next prompt will depart from ``prompt`` (before this
