@@ -132,8 +132,10 @@ class Robot:
 
 
 @pytest.fixture
-def stack(node_process, unique_ns):
+def stack(node_process, unique_ns, request):
+    """The three nodes; ``request.param`` (indirect parametrisation): llm_node overrides."""
     ros = ["--ros-args", "-r", f"__ns:={unique_ns}"]
+    llm = {**LLM, **getattr(request, "param", {})}
 
     def params(d: dict[str, str]) -> list[str]:
         return [x for k, v in d.items() for x in ("-p", f"{k}:={v}")]
@@ -154,7 +156,7 @@ def stack(node_process, unique_ns):
             ),
             name="asr",
         ),
-        node_process("-m", "bolt_agent.nodes.llm_node", *ros, *params(LLM), name="llm"),
+        node_process("-m", "bolt_agent.nodes.llm_node", *ros, *params(llm), name="llm"),
         node_process(
             "-m",
             "bolt_agent.nodes.tts_node",
@@ -188,8 +190,18 @@ def stack(node_process, unique_ns):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_user_who_goes_on_after_a_pause_hears_nothing_of_the_preemptive_answer(stack):
+@pytest.mark.parametrize(
+    "stack",
+    [{}, {"prefill_after_pause": "true"}],
+    ids=["default", "prefill_after_pause"],
+    indirect=True,
+)
+def test_a_user_who_goes_on_after_a_pause_hears_nothing_of_the_preemptive_answer(stack, request):
+    """Also with ``prefill_after_pause`` (off by default): the words before the pause are
+    prefilled while the user goes on, and that prefill reaches nothing the user hears and
+    nothing the history keeps."""
     robot, ex, logs = stack
+    after_pause = request.node.callspec.params["stack"].get("prefill_after_pause") == "true"
     robot.speak(ex, speech("Could you turn your head towards"))
     # the user pauses until the preemptive answer has a held sentence out (really started),
     # however long this machine takes, then goes on
@@ -238,6 +250,11 @@ def test_a_user_who_goes_on_after_a_pause_hears_nothing_of_the_preemptive_answer
 
     spin_until(ex, llm_counts, 10, f"llm_node diagnostics: {robot.diag.get('llm_node')}")
     assert int(robot.diag["asr_node"]["resumed_after_pause"]) >= 1
+    # with the option, the resumed voice activity queued the prefill of the speculative words
+    # (the node wiring; what the prefill does for the probe and the turn: test_core_preemptive,
+    # test_llm_turns); without it, none
+    prefills = int(robot.diag["llm_node"]["prefills_after_pause"])
+    assert (prefills >= 1) if after_pause else (prefills == 0), robot.diag["llm_node"]
     assert t_resumed < t_final
 
 

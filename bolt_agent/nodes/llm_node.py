@@ -85,6 +85,8 @@ class LlmNode(BoltLifecycleNode):
         self._held_lock = threading.Lock()
         self._spoken = ("", "")  # the latest speculative transcript: (utterance id, words)
         self.preemptive = {"started": 0, "committed": 0, "discarded": 0, "hints": 0}
+        # prefills queued when the user went on after a pause (prefill_after_pause)
+        self._after_pause_prefills = 0
         # barge-ins heard, and those that stopped a turn (the rest came after the turn's end)
         self.barge_ins = {"heard": 0, "cancelled": 0}
 
@@ -363,8 +365,11 @@ class LlmNode(BoltLifecycleNode):
         prefilled after the words: a first token 0.4-0.5 s after the final here)."""
         spoken_id, words = self._spoken
         p = self.params
-        if p.prefill_after_pause and p.prefill_on_partial and spoken_id == utterance_id and words:
-            self.scheduler.prewarm(utterance_id, words)
+        if not (p.prefill_after_pause and p.prefill_on_partial and spoken_id == utterance_id):
+            return
+        if words and self.scheduler.prewarm(utterance_id, words) is not None:
+            with self._held_lock:
+                self._after_pause_prefills += 1
 
     def _on_tts_state(self, msg: TtsState) -> None:
         if msg.interrupted and msg.turn_id:
@@ -495,6 +500,7 @@ class LlmNode(BoltLifecycleNode):
         with self._held_lock:  # one snapshot of the counts the callbacks and the worker update
             counts = {f"preemptive_{k}": v for k, v in self.preemptive.items()}
             counts.update({f"barge_ins_{k}": v for k, v in self.barge_ins.items()})
+            counts["prefills_after_pause"] = self._after_pause_prefills
         return {
             "model": engine.config.model_path,
             "device": f"GPU ({p.n_gpu_layers} layers)" if p.n_gpu_layers else "CPU",
