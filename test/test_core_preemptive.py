@@ -7,10 +7,11 @@ from __future__ import annotations
 from bolt_agent.core.llm.chat_template import Knobs
 from bolt_agent.core.llm.dialogue import Dialogue
 from bolt_agent.core.llm.held_turn import COMMITTED, DISCARDED, HeldTurn
+from bolt_agent.core.llm.preemption import Preemption
 from bolt_agent.core.llm.profile import load_profile
 from bolt_agent.core.llm.scripted_engine import ScriptedEngine
 from bolt_agent.core.llm.turn_runner import RunnerConfig, TurnRequest, TurnRunner
-from bolt_agent.core.llm.turn_scheduler import TurnScheduler
+from bolt_agent.core.llm.turn_scheduler import NotActiveError, TurnScheduler
 from turn_sinks import RecordingSink
 
 NO_THINK = Knobs(enable_thinking=False)
@@ -34,7 +35,7 @@ class NodeSink(RecordingSink):
 
 
 class Harness:
-    def __init__(self, scripts: list[str], on_token=None, nearest=None):
+    def __init__(self, scripts: list[str], on_token=None, nearest=None, make_request=None):
         profile = load_profile("reachy_mini")
         self.engine = ScriptedEngine(scripts, on_token=on_token)
         config = RunnerConfig(constrained=False, max_steps=2)
@@ -42,11 +43,14 @@ class Harness:
         self.runner = TurnRunner(self.engine, self.dialogue, profile.registry, config)
         self.hints: list[tuple[str, str, float]] = []
         self.cancelled: list[tuple[str, str]] = []
+        self.failures: list[tuple[str, str]] = []
         self.scheduler = TurnScheduler(
             self.runner,
-            lambda turn_id, text, knobs: TurnRequest(turn_id, text, knobs or NO_THINK, "auto"),
+            make_request
+            or (lambda turn_id, text, knobs: TurnRequest(turn_id, text, knobs or NO_THINK, "auto")),
             on_cancel=lambda turn_id, why: self.cancelled.append((turn_id, why)),
             on_hint=lambda *hint: self.hints.append(hint),
+            on_failure=lambda kind, message: self.failures.append((kind, message)),
         )
         self.scheduler.start()
 
@@ -251,3 +255,128 @@ def test_an_engine_without_probabilities_gives_no_hint():
     h.scheduler.speculate("u1", "Hi there.", NO_THINK, None, probe=True)
     h.scheduler.run_pending()
     assert h.hints == [] and len(h.engine.probes) == 1
+
+
+# --- llm_node's held turn (core/llm/preemption.py): one decision per event, whatever the thread --
+
+
+class Log:
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def info(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def preemption(h: Harness) -> tuple[Preemption, NodeSink]:
+    return Preemption(h.scheduler, Log()), NodeSink()
+
+
+def test_a_final_after_a_cancel_stopped_the_held_turn_gets_a_turn_of_its_own():
+    """``llm/cancel`` (or a reset) while the preemptive turn is still queued: it will never
+    run, so the final of the same words must not commit it (the user got no answer)."""
+    h = Harness(["Hello there."])
+    pre, sink = preemption(h)
+    pre.speculate("u1", "Hi robot", NO_THINK, sink, 5.0, probe=False)
+    h.scheduler.cancel("llm/cancel")
+    assert pre.commit("u1", "Hi robot.") is False  # the node then submits the final
+    assert pre.held is None and sink.events == [("discard",)]
+    h.scheduler.run_pending()
+    assert h.engine.prompts == []  # the stale preemptive turn never ran
+    assert pre.counts() == {"started": 1, "committed": 0, "discarded": 1, "hints": 0}
+
+
+def test_a_held_turn_the_scheduler_refuses_is_discarded_at_once():
+    """Not active: no worker will run the held turn; the final must not be swallowed by it."""
+    h = Harness(["Hello there."])
+    h.scheduler.stop()
+    pre, sink = preemption(h)
+    pre.speculate("u1", "Hi robot", NO_THINK, sink, 5.0, probe=False)
+    assert pre.held is None and sink.events == [("discard",)]
+    assert pre.commit("u1", "Hi robot.") is False
+    assert pre.counts()["started"] == 1 and pre.counts()["discarded"] == 1
+
+
+def test_a_cancel_discards_a_pending_held_turn_and_stops_a_committed_one():
+    h = Harness(["one two three four five six.", "one two three four five six."])
+    pre, sink = preemption(h)
+    seen: list[bool] = []
+
+    def cancel_at_3(n: int) -> None:  # a cancel (barge-in, llm/cancel) while it generates
+        if n == 3 and not seen:
+            seen.append(pre.turn_cancelled("u1", "llm/cancel"))
+
+    h.engine.on_token = cancel_at_3
+    pre.speculate("u1", "Hi robot", NO_THINK, sink, 5.0, probe=False)
+    h.scheduler.run_pending()
+    assert seen == [True]  # unheard: discarded, nothing to stop
+    assert pre.held is None and ("discard",) in sink.events and "release" not in sink.events
+
+    # the same, once the final committed it: a real turn, which the node stops like any other
+    pre2, sink2 = preemption(h)
+    seen.clear()
+
+    def commit_then_cancel(n: int) -> None:
+        if n == 3 and not seen:
+            assert pre2.commit("u2", "Hi robot.")
+            seen.append(pre2.turn_cancelled("u2", "llm/cancel"))
+
+    h.engine.on_token = commit_then_cancel
+    pre2.speculate("u2", "Hi robot", NO_THINK, sink2, 5.0, probe=False)
+    h.scheduler.run_pending()
+    assert seen == [False] and ("release",) in sink2.events and ("discard",) not in sink2.events
+    assert pre2.counts() == {"started": 1, "committed": 1, "discarded": 0, "hints": 0}
+
+
+def test_every_discard_is_counted_whoever_makes_it():
+    """The scheduler dropping a stale held turn and the hold timing out discard without the
+    node's call: both are counted."""
+    h = Harness(["Hello there.", "Hi."])
+    pre, sink = preemption(h)
+    pre.speculate("u1", "Hi robot", NO_THINK, sink, 5.0, probe=False)
+    h.scheduler.submit("t2", "something else", NO_THINK, RecordingSink())  # supersedes it
+    h.scheduler.run_pending()  # the worker drops u1 unrun
+    assert h.scheduler.dropped == 1 and ("discard",) in sink.events
+    pre.speculate("u3", "Hi robot", NO_THINK, NodeSink(), 0.0, probe=False)  # no final: timeout
+    h.scheduler.run_pending()
+    assert pre.counts() == {"started": 2, "committed": 0, "discarded": 2, "hints": 0}
+
+
+def test_a_preemptive_turn_queued_when_the_scheduler_stops_is_refused_and_discarded():
+    h = Harness(["Hi."])
+    held, sink = h.held("u1", "Hi")
+    done = h.scheduler.speculate("u1", "Hi", NO_THINK, held, probe=False)
+    h.scheduler.stop()
+    h.scheduler.run_pending()
+    assert isinstance(done.exception(timeout=0), NotActiveError)
+    assert held.state == DISCARDED and sink.events == [("discard",)]
+
+
+def test_a_job_that_raises_is_reported_and_the_worker_goes_on():
+    def make_request(turn_id, text, knobs):
+        if text == "boom":
+            raise RuntimeError("no request for you")
+        return TurnRequest(turn_id, text, knobs or NO_THINK, "auto")
+
+    h = Harness(["Still here."], make_request=make_request)
+    held, _ = h.held("u1", "boom")
+    done = h.scheduler.speculate("u1", "boom", NO_THINK, held, probe=True)
+    h.scheduler.run_pending()  # (run_forever's loop runs the same run_job)
+    assert isinstance(done.exception(timeout=0), RuntimeError)
+    assert [kind for kind, _ in h.failures] == ["worker"]
+    after = h.scheduler.submit("t2", "hello", NO_THINK, RecordingSink())
+    h.scheduler.run_pending()
+    assert after.result(timeout=0).spoken_text == "Still here."
+
+
+def test_the_probe_cuts_after_the_users_words_even_when_they_are_the_templates():
+    """ "model" and "turn" also occur in the template's tail (``<|turn>model``): the probe
+    reads the user's word, not the template's."""
+    h = Harness([])
+    h.engine.continuation_p = lambda prompt, continuations: 0.5
+    for word in ("model", "turn", "thought"):
+        h.scheduler.speculate("u1", word, NO_THINK, None, probe=True)
+        h.scheduler.run_pending()
+        probe, continuations = h.engine.probes[-1]
+        assert probe.endswith("<|turn>user\n" + word), probe[-60:]
+        assert continuations[-1].startswith("<turn|>")

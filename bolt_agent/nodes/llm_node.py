@@ -30,8 +30,8 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from bolt_agent.core.llm.chat_template import Knobs
-from bolt_agent.core.llm.held_turn import COMMITTED, HeldTurn
 from bolt_agent.core.llm.llama.engine import LlamaEngine
+from bolt_agent.core.llm.preemption import Preemption
 from bolt_agent.core.llm.profile import load_profile
 from bolt_agent.core.llm.turn_runner import (
     ToolResult,
@@ -81,10 +81,9 @@ class LlmNode(BoltLifecycleNode):
         self.engine: LlamaEngine | None = None
         self._entities: list[Any] = []
         self._tool_errors = 0  # tool calls that came back failed (not cancelled)
-        self._held: HeldTurn | None = None  # the preemptive turn awaiting its final transcript
-        self._held_lock = threading.Lock()
+        self.preemption: Preemption | None = None  # the preemptive turn awaiting its final
+        self._counts_lock = threading.Lock()
         self._spoken = ("", "")  # the latest speculative transcript: (utterance id, words)
-        self.preemptive = {"started": 0, "committed": 0, "discarded": 0, "hints": 0}
         # prefills queued when the user went on after a pause (prefill_after_pause)
         self._after_pause_prefills = 0
         # barge-ins heard, and those that stopped a turn (the rest came after the turn's end)
@@ -121,6 +120,7 @@ class LlmNode(BoltLifecycleNode):
             failure_reply=self.params.failure_reply,
             on_hint=self._publish_hint,
         )
+        self.preemption = Preemption(self.scheduler, self.get_logger())
         self._make_entities()
         self.get_logger().info(
             f"loaded {model_path.name} in {self.engine.load_s:.1f}s (template: "
@@ -242,7 +242,7 @@ class LlmNode(BoltLifecycleNode):
         self._metrics.destroy()
         if self.engine is not None:
             self.engine.close()
-        self.engine = self.runner = self.scheduler = None
+        self.engine = self.runner = self.scheduler = self.preemption = None
 
     # --- inputs --------------------------------------------------------------------------------
     def _on_transcript(self, msg: Transcript) -> None:
@@ -250,7 +250,7 @@ class LlmNode(BoltLifecycleNode):
             return
         if msg.is_final:
             utterance_id = msg.utterance_id or uuid.uuid4().hex[:8]
-            if self._commit_held(utterance_id, msg.text):
+            if self.preemption is not None and self.preemption.commit(utterance_id, msg.text):
                 return
             self.submit(utterance_id, msg.text)
         elif msg.speculative and msg.utterance_id and self._speculate(msg):
@@ -262,70 +262,33 @@ class LlmNode(BoltLifecycleNode):
     # --- preemptive answers ----------------------------------------------------------------------
     def _speculate(self, msg: Transcript) -> bool:
         """The user went quiet: judge the words (hint) and, with ``preemptive``, answer them
-        held. False when neither is on (the transcript only prefills)."""
+        held (core/llm/preemption.py). False when neither is on (the transcript only
+        prefills)."""
         p = self.params
         preempt = p.preemptive and not self._muted and len(msg.text) <= p.max_prompt_chars
-        if not (preempt or p.end_of_turn_hints) or self.scheduler is None:
+        if not (preempt or p.end_of_turn_hints) or self.preemption is None:
             return False
-        self._discard_held("a newer speculative transcript")
-        held = None
-        if preempt:
-            held = HeldTurn(msg.utterance_id, msg.text, _Sink(self), p.preemptive_hold_s)
-            with self._held_lock:
-                self._held = held
-            self._count("started")
-        self.scheduler.speculate(
+        self.preemption.speculate(
             msg.utterance_id,
             msg.text,
             self.default_knobs(),
-            held,
+            _Sink(self) if preempt else None,
+            p.preemptive_hold_s,
             p.end_of_turn_hints,
             p.end_of_turn_probe_nearest,
         )
         return True
 
-    def _commit_held(self, utterance_id: str, text: str) -> bool:
-        """The final transcript: the preemptive turn of the same words is released (True);
-        one of other words is discarded and the final starts a turn of its own (False)."""
-        with self._held_lock:
-            held, self._held = self._held, None
-        if held is None:
-            return False
-        if held.turn_id == utterance_id and _same_words(held.text, text) and held.commit():
-            self._count("committed")
-            self.get_logger().info(f"preemptive turn {utterance_id} committed")
-            return True
-        self._discarded(held, "the final transcript differs")
-        return False
-
     def _discard_held(self, why: str, utterance_id: str = "") -> None:
         """Drop the preemptive turn unheard (any one, or only ``utterance_id``'s)."""
-        with self._held_lock:
-            held = self._held
-            if held is None or (utterance_id and held.turn_id != utterance_id):
-                return
-            self._held = None
-        self._discarded(held, why)
-
-    def _discarded(self, held: HeldTurn, why: str, cancel: bool = True) -> None:
-        """Count and log a discard; ``cancel`` stops its generation if it is running (not when
-        a cancel is what discards it: a second one would cancel the job that caused it)."""
-        if not held.discard():
-            return  # already committed (a real turn now) or discarded
-        self._count("discarded")
-        self.get_logger().info(f"preemptive turn {held.turn_id} discarded: {why}")
-        if cancel and self.scheduler is not None and self.scheduler.current_sink is held:
-            self.scheduler.cancel(f"preemptive turn discarded: {why}")
-
-    def _count(self, what: str) -> None:
-        with self._held_lock:  # callbacks and the LLM worker both count
-            self.preemptive[what] += 1
+        if self.preemption is not None:
+            self.preemption.discard(why, utterance_id)
 
     def _publish_hint(self, utterance_id: str, text: str, p_complete: float) -> None:
         msg = EndOfTurnHint(utterance_id=utterance_id, text=text, p_complete=float(p_complete))
         msg.header.stamp = self.get_clock().now().to_msg()
         self._hint_pub.publish(msg)
-        self._count("hints")
+        self.preemption.count("hints")
         self.get_logger().info(
             f"end of turn [{utterance_id}] {text!r}: p_complete {p_complete:.3g}"
         )
@@ -350,7 +313,7 @@ class LlmNode(BoltLifecycleNode):
             return
         if msg.barge_in and self.params.barge_in_cancels:
             stopped = self.cancel_current("barge-in")
-            with self._held_lock:  # together: diagnostics never sees one count without the other
+            with self._counts_lock:  # together: diagnostics never sees one count without the other
                 self.barge_ins["heard"] += 1
                 self.barge_ins["cancelled"] += bool(stopped)
         elif msg.speaking and self.params.prefill_on_partial:
@@ -368,7 +331,7 @@ class LlmNode(BoltLifecycleNode):
         if not (p.prefill_after_pause and p.prefill_on_partial and spoken_id == utterance_id):
             return
         if words and self.scheduler.prewarm(utterance_id, words) is not None:
-            with self._held_lock:
+            with self._counts_lock:
                 self._after_pause_prefills += 1
 
     def _on_tts_state(self, msg: TtsState) -> None:
@@ -442,15 +405,8 @@ class LlmNode(BoltLifecycleNode):
         return self.scheduler.cancel(why) if self.scheduler is not None else ""
 
     def _on_turn_cancelled(self, turn_id: str, why: str) -> None:
-        held = self.scheduler.current_sink if self.scheduler is not None else None
-        if isinstance(held, HeldTurn) and held.turn_id == turn_id and held.state != COMMITTED:
-            # unheard: nothing to stop. Its discard goes out on speech/say, behind its held
-            # sentences; a tts/stop could overtake them, or stop the turn that replaces it
-            self._discarded(held, why, cancel=False)
-            with self._held_lock:
-                if self._held is held:
-                    self._held = None
-            return
+        if self.preemption is not None and self.preemption.turn_cancelled(turn_id, why):
+            return  # a preemptive turn, discarded unheard: nothing to stop
         self._stop_pub.publish(String(data=turn_id))
         if self.params.cancel_tools_on_cancel:
             self.tools.cancel_turn(turn_id)
@@ -480,7 +436,8 @@ class LlmNode(BoltLifecycleNode):
         else:
             self.get_logger().warning(line)
         if not outcome.ok and not future.cancelled():
-            self._tool_errors += 1
+            with self._counts_lock:  # the worker and the dispatcher's callbacks both count
+                self._tool_errors += 1
 
     def diagnostic_values(self) -> dict[str, Any]:
         p, engine, scheduler = self.params, self.engine, self.scheduler
@@ -497,8 +454,9 @@ class LlmNode(BoltLifecycleNode):
                 "queue_depth": scheduler.pending() if scheduler is not None else 0,
                 "tool_errors": self._tool_errors,
             }
-        with self._held_lock:  # one snapshot of the counts the callbacks and the worker update
-            counts = {f"preemptive_{k}": v for k, v in self.preemptive.items()}
+        with self._counts_lock:  # one snapshot of the counts the callbacks and the worker update
+            held = self.preemption.counts() if self.preemption is not None else {}
+            counts = {f"preemptive_{k}": v for k, v in held.items()}
             counts.update({f"barge_ins_{k}": v for k, v in self.barge_ins.items()})
             counts["prefills_after_pause"] = self._after_pause_prefills
         return {
@@ -559,15 +517,6 @@ class LlmNode(BoltLifecycleNode):
             completion_tokens=result.completion_tokens,
             thinking_tokens=result.thinking_tokens,
         )
-
-
-def _same_words(a: str, b: str) -> bool:
-    """The final confirms the speculation: the same words (case and punctuation aside)."""
-
-    def words(text: str) -> list[str]:
-        return "".join(c.lower() if c.isalnum() else " " for c in text).split()
-
-    return words(a) == words(b)
 
 
 class _Sink:

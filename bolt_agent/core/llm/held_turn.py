@@ -41,10 +41,12 @@ class HeldTurn:
         sink: TurnSink,
         timeout_s: float = 5.0,
         is_cancelled: Callable[[], bool] = lambda: False,
+        observer: Callable[[str], None] | None = None,
     ) -> None:
         self.turn_id, self.text, self.sink = turn_id, text, sink
         self.timeout_s = timeout_s
         self.is_cancelled = is_cancelled  # the scheduler's: a stale turn is a discarded one
+        self._observer = observer  # told the decision once (COMMITTED, DISCARDED), by anyone
         self._state = PENDING
         self._decided = threading.Condition()
         self._waiting: list[Callable[[], None]] = []  # delivered on commit, in order
@@ -56,7 +58,12 @@ class HeldTurn:
         return self._state
 
     def commit(self) -> bool:
-        """The user's turn is over with the same text: play and dispatch. False if too late."""
+        """The user's turn is over with the same text: play and dispatch. False if too late,
+        or if a cancel stopped the turn first (queued or in its probe, it will never run:
+        the final transcript then needs a turn of its own, so this is a discard)."""
+        if self._state == PENDING and self.is_cancelled():
+            self.discard()
+            return False
         with self._decided:
             if self._state != PENDING:
                 return self._state == COMMITTED
@@ -69,6 +76,8 @@ class HeldTurn:
                 release(self.turn_id)
             for deliver in waiting:
                 deliver()
+        if self._observer is not None:
+            self._observer(COMMITTED)
         return True
 
     def discard(self) -> bool:
@@ -81,6 +90,8 @@ class HeldTurn:
             self._state = DISCARDED
             self._waiting = []
             self._decided.notify_all()
+        if self._observer is not None:
+            self._observer(DISCARDED)
         drop = getattr(self.sink, "on_discard", None)
         if drop is not None:
             drop(self.turn_id)

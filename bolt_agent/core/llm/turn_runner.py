@@ -38,6 +38,18 @@ from bolt_agent.core.tools.registry import ToolRegistry
 
 log = logging.getLogger("bolt_agent.llm")
 _TRAILING_PUNCT = " \t.,;:!?…"
+_MARK = "\x00"  # a user message no transcript holds: where the template's tail begins
+
+
+def _content_start(render, prompt: str, content: str) -> int:
+    """Where the last (user) message's ``content`` starts in ``prompt`` (-1: not found). It is
+    searched before the template's tail (the generation prompt after a user message), which
+    may hold the same characters: a user who said "model" or "turn" matched inside
+    ``<|turn>model`` and the probe measured the template, not the words."""
+    probe = render([{"role": "user", "content": _MARK}])
+    mark = probe.rfind(_MARK)
+    tail = len(probe) - mark - len(_MARK) if mark >= 0 else 0
+    return prompt.rfind(content, 0, len(prompt) - tail)
 
 
 @dataclass(frozen=True)
@@ -183,7 +195,7 @@ class TurnRunner:
             render = self._renderer(request.knobs)
             messages, prompt, nearest = self._probe_prompt(request, words, render, with_nearest)
             content = messages[-1]["content"]
-            cut = prompt.rfind(content)
+            cut = _content_start(render, prompt, content)
             if cut < 0 or self.engine.count_tokens(prompt) > self._prompt_limit():
                 return None
             cut += len(content)
@@ -212,7 +224,7 @@ class TurnRunner:
         plain = self.dialogue.preview(words, scene, False)
         if len(taught) > len(plain):  # the words pick an exchange
             prompt = render(taught)
-            head = prompt[: prompt.rfind(taught[-1]["content"])]
+            head = prompt[: _content_start(render, prompt, taught[-1]["content"])]
             if self.engine.cached_tokens(prompt) >= self.engine.count_tokens(head) - 2:
                 return taught, prompt, True
         return plain, render(plain), False

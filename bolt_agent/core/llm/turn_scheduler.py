@@ -111,6 +111,15 @@ class ResetJob:
 Job = TurnJob | PrewarmJob | SpeculativeJob | InterruptedJob | ResetJob
 
 
+def _futures(job: Job) -> list[Future]:
+    """The futures a job's callers wait on (a prefill's event is set by ``run_job``)."""
+    if isinstance(job, SpeculativeJob):
+        return [job.turn.done] if job.turn is not None else []
+    if isinstance(job, TurnJob | ResetJob):
+        return [job.done]
+    return []
+
+
 class NotActiveError(RuntimeError):
     """A turn was submitted (or was still queued) while the scheduler was not running."""
 
@@ -138,7 +147,7 @@ class TurnScheduler:
         self._on_cancel = on_cancel
         self._after_turn = after_turn
         self._log = logger
-        self._on_failure = on_failure  # (kind: "turn" | "prefill", message), after the log
+        self._on_failure = on_failure  # (kind: "turn", "prefill", "worker", ..., message), logged
         self._on_hint = on_hint  # (utterance_id, text, p_complete): the end-of-turn judgement
         self.discarded = 0  # preemptive turns dropped from the history (the user went on)
         self._jobs: queue.Queue[Job | None] = queue.Queue()
@@ -282,8 +291,16 @@ class TurnScheduler:
             n += 1
 
     def run_job(self, job: Job) -> None:
+        """Run one job; whatever it raises is logged, counted and put on its future: the
+        worker goes on with the next job (a dead worker would leave every later turn waiting
+        while the node looks active)."""
         try:
             self._run_job(job)
+        except Exception as exc:
+            self._fail("worker", f"{type(job).__name__} failed: {exc!r}")
+            for future in _futures(job):
+                if not future.done():
+                    future.set_exception(exc)
         finally:
             if isinstance(job, PrewarmJob):
                 job.done.set()
@@ -294,8 +311,12 @@ class TurnScheduler:
             self._log.info("conversation reset")
             return
         if not self._active:  # deactivating: turns queued before it are refused, not run
-            if isinstance(job, TurnJob) and not job.done.done():
-                job.done.set_exception(NotActiveError("llm_node is not active"))
+            turn = job.turn if isinstance(job, SpeculativeJob) else job
+            if isinstance(turn, TurnJob) and not turn.done.done():
+                discard = getattr(turn.sink, "discard", None)  # a preemptive turn: unheard
+                if discard is not None:
+                    discard()
+                turn.done.set_exception(NotActiveError("llm_node is not active"))
             return
         if isinstance(job, InterruptedJob):
             self.runner.dialogue.mark_interrupted(job.turn_id, job.spoken_text)
@@ -366,11 +387,11 @@ class TurnScheduler:
         """A stale turn, never started: a cancelled result, and its sink hears the end."""
         self.dropped += 1
         self._log.info(f"turn {job.turn_id} dropped unrun: superseded or cancelled")
-        discard = getattr(job.sink, "discard", None)  # a preemptive turn: never to be heard
-        if discard is not None:
-            discard()
         result = TurnResult(turn_id=job.turn_id, cancelled=True)
         try:
+            discard = getattr(job.sink, "discard", None)  # a preemptive turn: never to be heard
+            if discard is not None:
+                discard()
             job.sink.on_turn_end(job.turn_id, 0, result)
         except Exception as exc:
             self._fail("turn", f"turn {job.turn_id}: ending it failed: {exc!r}")
