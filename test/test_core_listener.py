@@ -322,19 +322,22 @@ def test_echo_gate_ignores_the_mic_while_the_robot_speaks_and_for_the_tail():
     assert feed(listener, range(64)) == [] and asr.calls == []
     assert listener.vad.offset == 64 * WINDOW  # skipped, the stream position kept
     listener.robot_speaking(False)
-    # the tail: 300 ms = 4800 samples from block 64's start, so blocks 64-73 (73 starts 4608
-    # samples in) are ignored and 74 is heard
+    # the tail: 300 ms = 4800 samples from block 64's start, so blocks 64-72 are ignored and
+    # block 73 (4608 samples in) from its 193rd sample: the tail ends inside it
     assert feed(listener, range(64, 70)) == []
     listener.robot_speaking(False)  # said again (a latched state re-sent): no new tail
-    assert feed(listener, range(70, 74)) == []
-    events = feed(listener, range(74, len(probs)))
+    assert feed(listener, range(70, 73)) == []
+    events = feed(listener, range(73, len(probs)))
     uid = events[0][1].utterance_id
-    # heard from block 74 only: the VAD's onset is there, not at the speech's true start (64)
-    assert [(k, e) for k, e in events if isinstance(e, VoiceActivityEvent)] == [
-        (78, VoiceActivityEvent(uid, True, False, at(78, 74 * WINDOW))),
-        (103, VoiceActivityEvent(uid, False, False, at(103, 94 * WINDOW))),
+    # heard from the tail's end only: the VAD's onset is there, not at the speech's true start
+    # (64); its windows start there too (so the speech ends 192 samples into window 94)
+    heard, end = 64 * WINDOW + 4800, 94 * WINDOW + 192
+    voice = [(k, e) for k, e in events if isinstance(e, VoiceActivityEvent)]
+    assert [e for _, e in voice] == [
+        VoiceActivityEvent(uid, True, False, at(voice[0][0], heard)),
+        VoiceActivityEvent(uid, False, False, at(voice[1][0], end)),
     ]
-    assert asr.calls == [(True, 74 * WINDOW, 94 * WINDOW)]
+    assert asr.calls == [(True, heard, end)]
 
     # the robot starts speaking in the middle of an utterance: it is closed and dropped
     listener, asr = make(probs, config, echo_mode="gate", partial_interval_s=0.0)
@@ -347,6 +350,65 @@ def test_echo_gate_ignores_the_mic_while_the_robot_speaks_and_for_the_tail():
         (12, VoiceActivityEvent(uid, False, False, at(12, 12 * WINDOW))),
     ]
     assert asr.calls == []
+
+
+NO_PARTIALS = {"partial_interval_s": 0.0}
+
+
+def push_span(listener: Listener, a: int, b: int) -> list:
+    """One block of samples a..b (a long block, as a topic may carry: up to max_chunk_s)."""
+    return listener.push(np.arange(a, b, dtype=np.float32), BASE + a * NS_PER_SAMPLE)
+
+
+def test_echo_gate_on_a_long_block_gates_the_tail_only():
+    """The tail ends inside a 1 s block: the rest of that block is heard (gated to the block's
+    end, the user's first 0.7 s were lost), with stamps from the samples' own offsets."""
+    probs = [0.0] * 40 + [0.9] * 30 + [0.0] * 60  # the user speaks at 1.28-2.24 s
+    config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=0, start_pad_ms=0)
+    for block in (WINDOW, 16000):
+        listener, asr = make(probs, config, echo_mode="gate", echo_tail_ms=300, **NO_PARTIALS)
+        listener.robot_speaking(True)
+        events = push_span(listener, 0, 16000)  # the robot speaks for the first second
+        listener.robot_speaking(False)  # the tail: 300 ms of audio, to 1.3 s
+        for a in range(16000, len(probs) * WINDOW, block):
+            events += push_span(listener, a, min(a + block, len(probs) * WINDOW))
+        # from 1.3 s (the tail's end; the VAD's windows start there, so the speech ends 320
+        # samples into window 70)
+        assert asr.calls == [(True, 20800, 70 * WINDOW + 320)], block
+        start = next(e for e in events if isinstance(e, VoiceActivityEvent) and e.speaking)
+        assert start.stamp_ns == BASE + 20800 * NS_PER_SAMPLE, block
+
+
+def test_a_resumption_and_an_end_in_one_long_block_still_say_the_user_went_on():
+    """The pause's speculation was published; the next block (1.4 s) holds the resumption and
+    the end: "resumed" comes before the end of speech, as with short blocks."""
+    seen: list = []
+    listener, _ = make(PAUSE, PAUSE_CONFIG, emit=seen.append, **NO_PARTIALS)
+    push_span(listener, 0, 26 * WINDOW)
+    assert [e.speculative for e in seen if isinstance(e, TranscriptEvent)] == [True]
+    push_span(listener, 26 * WINDOW, 70 * WINDOW)
+    voice = [(e.speaking, e.resumed) for e in seen if isinstance(e, VoiceActivityEvent)]
+    assert voice == [(True, False), (True, True), (False, False)]
+    final = [e for e in seen if isinstance(e, TranscriptEvent) and e.is_final]
+    assert [e.text for e in final] == [text(ONSET, REAL_END)]
+
+
+def test_a_voice_event_that_cannot_be_delivered_loses_no_final():
+    seen, failed = [], []
+
+    def emit(event) -> None:
+        if isinstance(event, VoiceActivityEvent) and not event.speaking and not failed:
+            failed.append(event)
+            raise RuntimeError("publisher gone")
+        seen.append(event)
+
+    listener, asr = make(PAUSE, PAUSE_CONFIG, emit=emit, speculative_final=False, **NO_PARTIALS)
+    feed(listener, range(len(PAUSE)))  # never raises
+    assert failed and listener.delivery_failures == 1
+    assert [e.text for e in seen if isinstance(e, TranscriptEvent) and e.is_final] == [
+        text(ONSET, REAL_END)
+    ]
+    assert asr.calls == [(True, ONSET, REAL_END)]
 
 
 def test_echo_gate_drops_a_pending_speculation_with_its_utterance():

@@ -8,6 +8,8 @@ import time
 
 import numpy as np
 import pytest
+from lifecycle_msgs.msg import Transition
+from lifecycle_msgs.srv import ChangeState
 from std_msgs.msg import String
 
 from audio_fixtures import pulse, speech_wav, wait_for, wer  # noqa: F401 - fixtures
@@ -320,4 +322,21 @@ def test_audio_that_stops_mid_sentence_still_gives_its_final(
         # audio again: heard as usual
         publish(float_to_int16(speech_wav.audio))
         spin_until(ex, lambda: len(finals()) == 4, 30, lambda: f"two more finals\n{proc.log()}")
+
+        # deactivated while the user speaks (before audio_stopped_s): the open utterance ends
+        # with what was heard, its speaking=false and its final are published before the
+        # transition is over
+        client = node.create_client(ChangeState, f"{unique_ns}/asr_node/change_state")
+        spin_until(ex, client.service_is_ready, 20, "asr_node/change_state")
+        publish(float_to_int16(speech_wav.audio[: speech_wav.truth[0][1]]))
+        request = ChangeState.Request(transition=Transition(id=Transition.TRANSITION_DEACTIVATE))
+        future = client.call_async(request)
+        spin_until(ex, future.done, 20, "the deactivation")
+        assert future.result().success, proc.log()
+        # (published before the transition's reply; another topic, so it may arrive after it)
+        spin_until(ex, lambda: len(finals()) == 5, 5, lambda: f"{seen['asr']}\n{proc.log()}")
+        assert wer(speech_wav.texts[0], finals()[-1].text) <= 0.2, finals()[-1].text
+        voice = [m for m in seen["asr"] if isinstance(m, VoiceActivity)]
+        assert not voice[-1].speaking and voice[-1].utterance_id == finals()[-1].utterance_id
+        spin_until(ex, lambda: "deactivated mid-utterance" in proc.log(), 10, proc.log)
     assert proc.alive(), proc.log()

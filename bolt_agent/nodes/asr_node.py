@@ -341,7 +341,7 @@ class AsrNode(BoltLifecycleNode):
         self._listener: Listener | None = None
         self._resamplers: dict[int, StreamResampler] = {}
         self._robot_speaking = False  # the latest tts/state (latched: may come before activate)
-        self._ended_by: dict[str, int] = {}  # silence | hint | text | audio_stopped
+        self._ended_by: dict[str, int] = {}  # silence | hint | text | audio_stopped | ...
         self._resumed = 0  # utterances resumed after a speculative end
 
     def _listener_settings(self) -> ListenerSettings:
@@ -464,8 +464,8 @@ class AsrNode(BoltLifecycleNode):
         if self._worker is not None:
             self._worker.join(timeout=10.0)
             self._worker = None
-        if self._whisper is not None:
-            self._whisper.shutdown(wait=True, cancel_futures=True)
+        if self._whisper is not None:  # the transcripts already owed (speaking=false is out)
+            self._whisper.shutdown(wait=True)
             self._whisper = None
         self._listener = None
 
@@ -574,7 +574,11 @@ class AsrNode(BoltLifecycleNode):
                 except Exception as exc:
                     self.record_failure("processing", f"ASR processing failed: {exc!r}")
                 continue
-            if item is None:
+            if item is None:  # deactivating: an utterance still open ends with what was heard
+                try:
+                    listener.audio_stopped("deactivated")
+                except Exception as exc:
+                    self.record_failure("processing", f"ASR processing failed: {exc!r}")
                 break
             chunk, stamp_ns = item
             with self._queued_lock:
@@ -630,6 +634,10 @@ class AsrNode(BoltLifecycleNode):
                     f"[{event.utterance_id}] no audio for audio_stopped_s "
                     f"{self.params.audio_stopped_s} s: the utterance ends with what was heard"
                 )
+            elif event.ended_by == "deactivated":
+                self.get_logger().warning(
+                    f"[{event.utterance_id}] deactivated mid-utterance: it ends with what was heard"
+                )
             elif event.ended_by != "silence":
                 self.get_logger().info(
                     f"end of turn [{event.utterance_id}] after {event.silence_ms:.0f} ms of "
@@ -676,6 +684,8 @@ class AsrNode(BoltLifecycleNode):
             **{f"ended_by_{k}": v for k, v in sorted(self._ended_by.items())},
             "resumed_after_pause": self._resumed,
             "input_errors": mic.errors if mic is not None else 0,
+            # voice activity events a publish failed for (logged; the utterance went on)
+            "voice_events_lost": getattr(self._listener, "delivery_failures", 0),
             # the shorter first encoder window: transcripts it gave, and those redone in full
             "first_window_kept": kept,
             "first_window_redone": sum(redone.values()),

@@ -260,6 +260,10 @@ class Listener:
         self._utt_id, self._utt_barge, self._last_partial = "", False, 0
         self._barge_mode = False
         self._speculation: _Speculation | None = None
+        # a speculation is made stale (pushing thread) and published (whisper thread) under
+        # it: a stale speculative transcript never follows the "resumed" that made it stale
+        self._spec_lock = threading.Lock()
+        self.delivery_failures = 0  # voice activity events that could not be delivered
         self._last_job: JobHandle | None = None  # the latest job (partials wait for it)
         self._robot_speaking = False  # as the pushing thread applies it, block by block
         self._robot_said = False  # the latest robot_speaking (any thread)
@@ -299,14 +303,17 @@ class Listener:
         seg, s = self.vad, self.settings
         self._anchor = (seg.offset, stamp_ns)
         self._apply_robot_state()
-        if s.echo_mode == "gate" and self._echo_gated():
+        gated = self._echo_gated(len(chunk)) if s.echo_mode == "gate" else 0
+        if gated:
             if seg.in_speech:
                 self._voice(False, seg.offset)
-            if self._speculation is not None:  # its utterance is dropped
-                self._speculation.stale = True
-                self._speculation = None
-            seg.skip(len(chunk))
-            return self.take_events()
+            self._drop_speculation()  # its utterance is dropped
+            seg.skip(gated)
+            if gated == len(chunk):
+                return self.take_events()
+            # the tail ends inside this block (a long block from a topic): the rest is heard
+            chunk = chunk[gated:]
+            self._anchor = (seg.offset, stamp_ns + gated * _NS // SAMPLE_RATE)
         barge = s.echo_mode == "barge_in" and self._robot_speaking
         if barge != self._barge_mode:
             self._barge_mode = barge
@@ -342,16 +349,17 @@ class Listener:
             )
         return self.take_events()
 
-    def audio_stopped(self) -> list[ListenerEvent]:
+    def audio_stopped(self, why: str = "audio_stopped") -> list[ListenerEvent]:
         """No audio has come for a while (a bag or file ended, the device or its publisher went
-        away) with an utterance open: end it with what was heard, rather than hold the user's
-        words until audio comes back, which may be never. Returns the events (as ``push``)."""
+        away; ``why``: "deactivated" when the node stops listening) with an utterance open: end
+        it with what was heard, rather than hold the user's words until audio comes back,
+        which may be never. Returns the events (as ``push``)."""
         seg = self.vad
         if seg.in_speech:
             silence_ms = seg.silence_samples * 1000 / SAMPLE_RATE
             # the silence in progress, if any, ends it where the VAD would have; else the buffer
             # (flush: the one SpeechEnd of the open utterance)
-            self._final(seg.end_now() or seg.flush()[0], ("audio_stopped", silence_ms))
+            self._final(seg.end_now() or seg.flush()[0], (why, silence_ms))
         return self.take_events()
 
     def take_events(self) -> list[ListenerEvent]:
@@ -374,14 +382,26 @@ class Listener:
             self._quiet_from = self.vad.offset
         self._robot_speaking = speaking
 
-    def _echo_gated(self) -> bool:
-        """Whether the block starting at the stream position is the robot's (speaking, or within
-        the tail: ``echo_tail_ms`` of audio after the first block pushed after the stop)."""
+    def _echo_gated(self, samples: int) -> int:
+        """How many of the next ``samples`` are the robot's: all while it speaks, then those
+        within the tail (``echo_tail_ms`` of audio from the first block pushed after the stop),
+        so a long block is gated for the tail only, not to its end."""
         if self._robot_speaking:
-            return True
+            return samples
         quiet = self._quiet_from
+        if quiet is None:
+            return 0
         tail = self.settings.echo_tail_ms * SAMPLE_RATE // 1000
-        return quiet is not None and self.vad.offset - quiet < tail
+        return max(0, min(samples, tail - (self.vad.offset - quiet)))
+
+    def _drop_speculation(self) -> _Speculation | None:
+        """Make the speculation in progress stale (None if there was none), under the lock the
+        whisper thread publishes it under."""
+        with self._spec_lock:
+            spec, self._speculation = self._speculation, None
+            if spec is not None:
+                spec.stale = True
+        return spec
 
     def _idle(self) -> bool:
         return self._last_job is None or self._last_job.done()
@@ -395,14 +415,10 @@ class Listener:
         seg = self.vad
         spec, end = self._speculation, seg.pending_end
         if spec is not None and spec.end != end:
-            spec.stale = True  # speech resumed (or a new silence began): forget it
-            self._speculation = spec = None
+            self._drop_speculation()  # speech resumed (or a new silence began): forget it
+            spec = None
             # what was started from it (a preemptive answer) must be discarded
-            self._deliver(
-                VoiceActivityEvent(
-                    self._utt_id, True, self._utt_barge, self.stamp(seg.offset), resumed=True
-                )
-            )
+            self._resumed(seg.offset)
         if spec is None and end is not None and self.settings.speculative_final:
             start, onset = seg.speech_start, seg.speech_onset
             assert start is not None and onset is not None
@@ -438,12 +454,17 @@ class Listener:
     def _final(self, event: SpeechEnd, ended: tuple[str, float] | None = None) -> None:
         """The end of speech now; the transcript follows from the runner. ``ended``: (why,
         silence ms) when neither the silence nor the words ended it."""
+        with self._spec_lock:
+            spec, self._speculation = self._speculation, None
+            same = spec is not None and (spec.start, spec.end) == (event.start, event.end)
+            reuse = same and not spec.stale
+            if spec is not None and not reuse:
+                spec.stale = True
+        if spec is not None and not same:
+            # the user went on after the speculation's silence and the utterance ended within
+            # the same block (a long one): what was started from it must be discarded too
+            self._resumed(spec.end)
         self._voice(False, event.end)
-        spec, self._speculation = self._speculation, None
-        same = spec is not None and (spec.start, spec.end) == (event.start, event.end)
-        reuse = same and not spec.stale
-        if spec is not None and not reuse:
-            spec.stale = True
         if reuse:
             start_ns, end_ns = spec.start_ns, spec.end_ns
         else:
@@ -459,7 +480,22 @@ class Listener:
 
     def _voice(self, speaking: bool, offset: int) -> None:
         stamp = self.stamp(offset)
-        self._deliver(VoiceActivityEvent(self._utt_id, speaking, self._utt_barge, stamp))
+        self._deliver_voice(VoiceActivityEvent(self._utt_id, speaking, self._utt_barge, stamp))
+
+    def _resumed(self, offset: int) -> None:
+        stamp = self.stamp(offset)
+        self._deliver_voice(
+            VoiceActivityEvent(self._utt_id, True, self._utt_barge, stamp, resumed=True)
+        )
+
+    def _deliver_voice(self, event: VoiceActivityEvent) -> None:
+        """A voice event that cannot be delivered is logged and counted, and the utterance goes
+        on: raising here would lose its final (the end of speech is already decided)."""
+        try:
+            self._deliver(event)
+        except Exception as exc:
+            self.delivery_failures += 1
+            log.error(f"utterance {event.utterance_id}: voice activity not delivered ({exc!r})")
 
     # --- jobs (runner thread) -----------------------------------------------------------------
     def _run_guarded(self, job: _Job) -> None:
@@ -488,8 +524,9 @@ class Listener:
                 return
             ok, result = self._transcribe(job, final=True, timing=timing)
             spec.result, spec.failed, spec.ran = result, not ok, True
-            if result is not None and not spec.stale and self._speculation is spec:
-                self._transcript(job, result, False, timing, speculative=True)
+            with self._spec_lock:  # (published before any "resumed" that makes it stale)
+                if result is not None and not spec.stale and self._speculation is spec:
+                    self._transcript(job, result, False, timing, speculative=True)
         elif job.kind == "partial":
             ok, result = self._transcribe(job, final=False, timing=timing)
             if result is not None:
