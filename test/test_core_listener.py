@@ -322,22 +322,19 @@ def test_echo_gate_ignores_the_mic_while_the_robot_speaks_and_for_the_tail():
     assert feed(listener, range(64)) == [] and asr.calls == []
     assert listener.vad.offset == 64 * WINDOW  # skipped, the stream position kept
     listener.robot_speaking(False)
-    # the tail: 300 ms = 4800 samples from block 64's start, so blocks 64-72 are ignored and
-    # block 73 (4608 samples in) from its 193rd sample: the tail ends inside it
+    # the tail: 300 ms = 4800 samples from block 64's start, so blocks 64-73 (73 starts 4608
+    # samples in) are ignored and 74 is heard (whole VAD windows are gated)
     assert feed(listener, range(64, 70)) == []
     listener.robot_speaking(False)  # said again (a latched state re-sent): no new tail
-    assert feed(listener, range(70, 73)) == []
-    events = feed(listener, range(73, len(probs)))
+    assert feed(listener, range(70, 74)) == []
+    events = feed(listener, range(74, len(probs)))
     uid = events[0][1].utterance_id
-    # heard from the tail's end only: the VAD's onset is there, not at the speech's true start
-    # (64); its windows start there too (so the speech ends 192 samples into window 94)
-    heard, end = 64 * WINDOW + 4800, 94 * WINDOW + 192
-    voice = [(k, e) for k, e in events if isinstance(e, VoiceActivityEvent)]
-    assert [e for _, e in voice] == [
-        VoiceActivityEvent(uid, True, False, at(voice[0][0], heard)),
-        VoiceActivityEvent(uid, False, False, at(voice[1][0], end)),
+    # heard from block 74 only: the VAD's onset is there, not at the speech's true start (64)
+    assert [(k, e) for k, e in events if isinstance(e, VoiceActivityEvent)] == [
+        (78, VoiceActivityEvent(uid, True, False, at(78, 74 * WINDOW))),
+        (103, VoiceActivityEvent(uid, False, False, at(103, 94 * WINDOW))),
     ]
-    assert asr.calls == [(True, heard, end)]
+    assert asr.calls == [(True, 74 * WINDOW, 94 * WINDOW)]
 
     # the robot starts speaking in the middle of an utterance: it is closed and dropped
     listener, asr = make(probs, config, echo_mode="gate", partial_interval_s=0.0)
@@ -361,8 +358,8 @@ def push_span(listener: Listener, a: int, b: int) -> list:
 
 
 def test_echo_gate_on_a_long_block_gates_the_tail_only():
-    """The tail ends inside a 1 s block: the rest of that block is heard (gated to the block's
-    end, the user's first 0.7 s were lost), with stamps from the samples' own offsets."""
+    """The tail ends inside a 1 s block: the rest of that block is heard (it was gated to the
+    block's end: the user's first 0.7 s were lost), with stamps from the samples' offsets."""
     probs = [0.0] * 40 + [0.9] * 30 + [0.0] * 60  # the user speaks at 1.28-2.24 s
     config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=0, start_pad_ms=0)
     for block in (WINDOW, 16000):
@@ -372,11 +369,12 @@ def test_echo_gate_on_a_long_block_gates_the_tail_only():
         listener.robot_speaking(False)  # the tail: 300 ms of audio, to 1.3 s
         for a in range(16000, len(probs) * WINDOW, block):
             events += push_span(listener, a, min(a + block, len(probs) * WINDOW))
-        # from 1.3 s (the tail's end; the VAD's windows start there, so the speech ends 320
-        # samples into window 70)
-        assert asr.calls == [(True, 20800, 70 * WINDOW + 320)], block
+        # from the tail's end, 1.3 s, rounded up to whole VAD windows (5120 samples: 1.32 s),
+        # whichever the block size; the windows start there (the speech ends in window 69's)
+        heard = 16000 + 10 * WINDOW
+        assert asr.calls == [(True, heard, heard + 29 * WINDOW)], block
         start = next(e for e in events if isinstance(e, VoiceActivityEvent) and e.speaking)
-        assert start.stamp_ns == BASE + 20800 * NS_PER_SAMPLE, block
+        assert start.stamp_ns == BASE + heard * NS_PER_SAMPLE, block
 
 
 def test_a_resumption_and_an_end_in_one_long_block_still_say_the_user_went_on():

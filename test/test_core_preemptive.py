@@ -364,6 +364,7 @@ def test_a_job_that_raises_is_reported_and_the_worker_goes_on():
     h.scheduler.run_pending()  # (run_forever's loop runs the same run_job)
     assert isinstance(done.exception(timeout=0), RuntimeError)
     assert [kind for kind, _ in h.failures] == ["worker"]
+    assert held.state == DISCARDED  # a final of the same words must not commit it
     after = h.scheduler.submit("t2", "hello", NO_THINK, RecordingSink())
     h.scheduler.run_pending()
     assert after.result(timeout=0).spoken_text == "Still here."

@@ -8,6 +8,7 @@ import pytest
 
 from bolt_agent.core.speech.playback import StopReport
 from bolt_agent.core.speech.speaker import (
+    CUT_HELD,
     MAX_TURNS,
     NO_OUTPUT,
     NOT_ACTIVE,
@@ -421,6 +422,78 @@ def test_a_barge_in_stop_discards_a_held_turn_and_interrupts_the_playing_one():
     assert info is not None and info.turn_id == "t1" and info.spoken == "One two"
     assert of_type(events, Discarded) == [Discarded("t2", 1)]
     assert [w.text for w in sink.writes] == ["One two three four."]
+
+
+def test_a_turn_with_nothing_to_say_does_not_tell_the_asr_the_robot_fell_silent():
+    """A tool-only turn's end while the previous answer still plays: its own idle state, then
+    the playing turn's again (the ASR keeps the latest state for its echo gate)."""
+    speaker, _, sink, events = make()
+    speaker.say("t1", "One long sentence here. And a second one.", False)
+    speaker.synthesize_next()
+    speaker.synthesize_next()
+    speaker.say("t2", "", True)
+    states = of_type(events, SpeechState)
+    assert states[-2:] == [SpeechState("t2", False, "", False), SpeechState("t1", True, "", False)]
+    for tag in list(sink.writes):
+        speaker.played(sink.finish(tag))
+    speaker.say("t1", "", True)
+    assert of_type(events, SpeechState)[-1] == SpeechState(
+        "t1", False, "One long sentence here. And a second one.", False
+    )
+
+
+def test_a_stop_naming_another_turn_leaves_a_held_turn_held_and_whole():
+    """A cancelled Speak goal (tts/stop for its turn) while a preemptive answer waits: the held
+    turn is neither interrupted nor emptied; released, it plays from its start."""
+    speaker, _, sink, events = make()
+    speaker.say("speak-1", "Operator line one.", True)
+    speaker.synthesize_next()
+    speaker.say("u7", "Sure, I can nod. Here it comes.", False, held=True)
+    speaker.synthesize_next()  # one held sentence synthesised, one still queued
+    info = speaker.stop("speak-1", reason="action cancelled")
+    assert info is not None and info.turn_id == "speak-1"
+    held = speaker.turn("u7")
+    assert held is not None and held.held and not held.interrupted
+    assert of_type(events, Discarded) == []
+    assert speaker.synthesize_next()  # the queued held sentence survives the stop
+    speaker.say("u7", "", False, seq=0)  # the release
+    speaker.say("u7", "Done.", True, seq=2)
+    speaker.synthesize_next()
+    said = [w.text for w in sink.writes]
+    assert said == ["Operator line one.", "Sure, I can nod.", "Here it comes.", "Done."]
+    for tag in list(sink.writes)[1:]:  # (speak-1 was stopped)
+        speaker.played(sink.finish(tag))
+    assert speaker.turn("u7").done.is_set()
+    assert speaker.turn("u7").spoken_text == "Sure, I can nod. Here it comes. Done."
+
+
+def test_the_rest_of_a_held_turn_that_a_stop_discarded_here_is_dropped_not_half_played():
+    """An interrupting say (a Speak goal with interrupt) discards the held answer; llm_node does
+    not know and releases it: the release and the rest are dropped (counted), and a new answer
+    under the same id (seq 0, with text) plays."""
+    speaker, _, sink, events = make()
+    speaker.say("u8", "Yes, I can.", False, held=True, seq=0)
+    speaker.synthesize_next()
+    speaker.say("speak-2", "Operator says hi.", True, interrupt=True)
+    assert of_type(events, Discarded) == [Discarded("u8", 1)]
+    speaker.say("u8", "", False, seq=0)  # llm_node's release
+    speaker.say("u8", "Watch me nod.", False, seq=1)
+    speaker.say("u8", "", True, seq=2)  # its end: the cut turn is over
+    while speaker.synthesize_next():
+        pass
+    assert [w.text for w in sink.writes] == ["Operator says hi."]
+    dropped = [d for d in of_type(events, Dropped) if d.reason == CUT_HELD]
+    assert [d.text for d in dropped] == ["", "Watch me nod.", ""]
+    speaker.say("u8", "A new answer.", True, seq=0)  # the same utterance id, a new turn
+    speaker.synthesize_next()
+    assert [w.text for w in sink.writes][-1] == "A new answer."
+    # llm_node's own discard also ends the mark: what follows it is new
+    speaker.say("u9", "Held.", False, held=True, seq=0)
+    speaker.stop("")
+    assert speaker.discard("u9") is False  # (already discarded here: the mark goes)
+    speaker.say("u9", "", False, seq=0)
+    assert [d.text for d in of_type(events, Dropped) if d.reason == CUT_HELD][-1] == ""
+    assert len([d for d in of_type(events, Dropped) if d.reason == CUT_HELD]) == 3
 
 
 def test_phrase_cache_keeps_short_phrases_and_evicts_the_least_recent():

@@ -288,7 +288,8 @@ class LlmNode(BoltLifecycleNode):
         msg = EndOfTurnHint(utterance_id=utterance_id, text=text, p_complete=float(p_complete))
         msg.header.stamp = self.get_clock().now().to_msg()
         self._hint_pub.publish(msg)
-        self.preemption.count("hints")
+        if self.preemption is not None:
+            self.preemption.count("hints")
         self.get_logger().info(
             f"end of turn [{utterance_id}] {text!r}: p_complete {p_complete:.3g}"
         )

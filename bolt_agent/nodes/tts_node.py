@@ -53,6 +53,7 @@ from bolt_agent.core.speech.phrase_cache import PhraseCache
 from bolt_agent.core.speech.playback import PacedSink, Player
 from bolt_agent.core.speech.pulse_route import PulseRoute
 from bolt_agent.core.speech.speaker import (
+    CUT_HELD,
     NOT_ACTIVE,
     Discarded,
     Dropped,
@@ -192,6 +193,7 @@ class TtsNode(BoltLifecycleNode):
         self._watch_timer: Any = None
         self._lost_since = 0.0  # monotonic time the output was found lost (0: not lost)
         self._discarded = 0  # held (preemptive) turns dropped unheard
+        self._cut_held_dropped = 0  # messages of a held turn a stop discarded here (dropped)
 
     # --- lifecycle ---------------------------------------------------------------------------
     def configure(self) -> TransitionCallbackReturn:
@@ -413,8 +415,13 @@ class TtsNode(BoltLifecycleNode):
             if not msg.turn_id or not self._speaker.discard(msg.turn_id):
                 self.get_logger().debug(f"discard of {msg.turn_id!r}: no such held turn")
             return
+        if msg.held and not msg.turn_id:  # nothing could ever release it
+            message = "speech/say: a held sentence without a turn_id refused"
+            self.get_logger().warning(message, throttle_duration_sec=5.0)
+            self.record_failure("bad_input", message, log=False)
+            return
         turn_id = msg.turn_id or f"say-{uuid.uuid4().hex[:8]}"
-        self._speaker.say(turn_id, msg.text, msg.is_last_in_turn, held=msg.held)
+        self._speaker.say(turn_id, msg.text, msg.is_last_in_turn, held=msg.held, seq=msg.seq)
 
     def _on_teleop(self, msg: String) -> None:
         # own prefix: llm_node names its teleop/prompt turns teleop-N, and a tts/stop for one of
@@ -466,6 +473,9 @@ class TtsNode(BoltLifecycleNode):
             self.status("OK", f"stopped turn {event.info.turn_id} ({event.info.reason})", stop=info)
         elif isinstance(event, Dropped) and event.reason == NOT_ACTIVE:
             log.warning(f"not active; not saying {event.text!r}")
+        elif isinstance(event, Dropped) and event.reason == CUT_HELD:
+            self._cut_held_dropped += 1
+            log.info(f"turn {event.turn_id}: {event.text!r} dropped ({CUT_HELD})")
         elif isinstance(event, Dropped):
             log.warning(f"no audio output; dropped {event.text!r}")
             self.record_failure("no_output", f"no audio output; dropped {event.text!r}", log=False)
@@ -494,6 +504,7 @@ class TtsNode(BoltLifecycleNode):
             "queue_depth": waiting,
             "playing_sentences": playing,
             "held_discarded": self._discarded,
+            "cut_held_dropped": self._cut_held_dropped,
             "output_underflows": getattr(sink, "underflows", 0),
             "output_underflows_playing": getattr(sink, "underflows_playing", 0),
             **self._phrases.stats(),

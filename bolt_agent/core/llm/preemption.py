@@ -2,8 +2,9 @@
 
 llm_node's callbacks (speculative and final transcripts, voice activity, teleop, mute), its
 cancels (``llm/cancel``, reset, a Converse goal) and the LLM worker all reach the same held
-turn from different threads. The decisions are made here, under one lock, so that each one is
-taken once and the node only wires topics to them:
+turn from different threads. The decisions are made here (each one once: the ``HeldTurn``
+decides under its own lock, this class's lock guards the slot and the counts), so the node
+only wires topics to them:
 
 * a final transcript with the same words **commits** the held turn (``commit``: True, the
   final needs no turn of its own); one with other words, or one that comes after a cancel
@@ -64,7 +65,7 @@ class Preemption:
         self.discard("a newer speculative transcript")
         held = None
         if sink is not None:
-            held = HeldTurn(utterance_id, text, sink, hold_s, observer=self._decided)
+            held = HeldTurn(utterance_id, text, sink, hold_s, observer=self._observe)
             with self._lock:
                 self._held = held
                 self._counts["started"] += 1
@@ -79,10 +80,13 @@ class Preemption:
             held, self._held = self._held, None
         if held is None:
             return False
+        if held.is_cancelled():  # it will never run: the final is answered on its own
+            self._discard(held, "a cancel stopped it before its final", cancel=False)
+            return False
         if held.turn_id == utterance_id and same_words(held.text, text) and held.commit():
             self._log.info(f"preemptive turn {utterance_id} committed")
             return True
-        self._discard(held, "the final transcript differs or a cancel stopped it")
+        self._discard(held, "the final transcript differs")
         return False
 
     def discard(self, why: str, utterance_id: str = "") -> None:
@@ -120,7 +124,7 @@ class Preemption:
             self.scheduler.cancel(f"preemptive turn discarded: {why}")
         return True
 
-    def _decided(self, state: str) -> None:
+    def _observe(self, state: str) -> None:
         """``HeldTurn``'s observer: every commit and discard, whoever made it."""
         key = {COMMITTED: "committed", DISCARDED: "discarded"}.get(state)
         if key is not None:

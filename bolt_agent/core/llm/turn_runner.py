@@ -46,10 +46,15 @@ def _content_start(render, prompt: str, content: str) -> int:
     searched before the template's tail (the generation prompt after a user message), which
     may hold the same characters: a user who said "model" or "turn" matched inside
     ``<|turn>model`` and the probe measured the template, not the words."""
-    probe = render([{"role": "user", "content": _MARK}])
+    try:
+        probe = render([{"role": "user", "content": _MARK}])
+    except Exception:  # a template that wants more than one message: no bound, as before
+        probe = ""
     mark = probe.rfind(_MARK)
-    tail = len(probe) - mark - len(_MARK) if mark >= 0 else 0
-    return prompt.rfind(content, 0, len(prompt) - tail)
+    tail = probe[mark + len(_MARK) :] if mark >= 0 else ""
+    if not prompt.endswith(tail):  # another tail after the full conversation: no bound
+        tail = ""
+    return prompt.rfind(content, 0, len(prompt) - len(tail))
 
 
 @dataclass(frozen=True)

@@ -298,6 +298,10 @@ class TurnScheduler:
             self._run_job(job)
         except Exception as exc:
             self._fail("worker", f"{type(job).__name__} failed: {exc!r}")
+            turn = job.turn if isinstance(job, SpeculativeJob) else job
+            discard = getattr(getattr(turn, "sink", None), "discard", None)
+            if isinstance(turn, TurnJob) and not turn.done.done() and discard is not None:
+                discard()  # a held turn that never ran: its final must get a turn of its own
             for future in _futures(job):
                 if not future.done():
                     future.set_exception(exc)

@@ -63,7 +63,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from bolt_agent.core.speech.end_of_turn import EndOfTurn, EndOfTurnSettings
-from bolt_agent.core.speech.vad_segmenter import SAMPLE_RATE, SpeechEnd, SpeechStart, VadSegmenter
+from bolt_agent.core.speech.vad_segmenter import (
+    SAMPLE_RATE,
+    WINDOW,
+    SpeechEnd,
+    SpeechStart,
+    VadSegmenter,
+)
 
 ECHO_MODES = ("off", "gate", "barge_in")
 _NS = 1_000_000_000
@@ -392,7 +398,12 @@ class Listener:
         if quiet is None:
             return 0
         tail = self.settings.echo_tail_ms * SAMPLE_RATE // 1000
-        return max(0, min(samples, tail - (self.vad.offset - quiet)))
+        left = tail - (self.vad.offset - quiet)
+        if left <= 0:
+            return 0
+        # whole VAD windows: the windows stay in step with the blocks (a skip restarts them;
+        # 512-sample blocks are gated whole, as before), at most one window past the tail
+        return min(samples, -(-left // WINDOW) * WINDOW)
 
     def _drop_speculation(self) -> _Speculation | None:
         """Make the speculation in progress stale (None if there was none), under the lock the
@@ -460,9 +471,10 @@ class Listener:
             reuse = same and not spec.stale
             if spec is not None and not reuse:
                 spec.stale = True
-        if spec is not None and not same:
+        if spec is not None and not same and not event.forced:
             # the user went on after the speculation's silence and the utterance ended within
-            # the same block (a long one): what was started from it must be discarded too
+            # the same block (a long one): what was started from it must be discarded too (a
+            # forced end, max_speech_s in the pause, is no resumption)
             self._resumed(spec.end)
         self._voice(False, event.end)
         if reuse:

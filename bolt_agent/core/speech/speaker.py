@@ -36,8 +36,10 @@ from bolt_agent.core.speech.tts_engine import split_sentences, spoken_prefix
 
 MAX_TURNS = 64  # turns remembered (for their spoken text and ``done``); the oldest go first
 MAX_HOLD_S = 10.0  # a held turn not released by then is discarded
+MAX_CUT_HELD = 16  # held turns a stop discarded here, whose later messages are dropped
 NOT_ACTIVE = "not active"
 NO_OUTPUT = "no audio output"
+CUT_HELD = "its held start was discarded by a stop"
 #: |sample| at or below this is silence when a turn's first audio is trimmed (-50 dBFS)
 LEAD_SILENCE = 104
 
@@ -169,6 +171,12 @@ class Failed:
     reason: str  # repr of the exception
 
 
+def _set() -> threading.Event:
+    event = threading.Event()
+    event.set()
+    return event
+
+
 SpeakerEvent = SpeechState | FirstAudio | Stopped | Dropped | Failed | Discarded
 
 
@@ -196,6 +204,9 @@ class Speaker:
         self._current: Turn | None = None  # the turn whose audio went to the sink last
         self._queue: deque[Sentence] = deque()
         self._playing: list[Sentence] = []  # written to the sink, in play order
+        # held turns a stop or an interrupting say discarded here: the LLM does not know, and
+        # its release and the rest of the answer would play without their start
+        self._cut_held: dict[str, None] = {}
         self._sink: AudioSink | None = None
         self._active = False
         # samples kept before the first audible one of a turn's first audio (None: untouched)
@@ -243,13 +254,25 @@ class Speaker:
         is_last: bool,
         interrupt: bool = False,
         held: bool = False,
+        seq: int | None = None,
     ) -> Turn:
         """Queue the sentences of ``text`` under ``turn_id`` (a new turn unless that one is still
         open); ``interrupt`` stops what is playing first; ``held``: synthesise, play only when
-        released. A ``say`` that is not held releases a held turn. Returns the turn."""
+        released. A ``say`` that is not held releases a held turn. ``seq``: the sentence's
+        number in its turn (``speech/say``), which tells a new turn (0, with text) from the rest
+        of a held turn that a stop discarded here (dropped: ``Dropped(…, CUT_HELD)``). Returns
+        the turn."""
         with self._lock:
             if interrupt:
                 self.stop("")
+            if turn_id in self._cut_held:
+                if seq == 0 and text:
+                    del self._cut_held[turn_id]  # a new answer under the same id
+                else:
+                    if is_last:
+                        del self._cut_held[turn_id]  # the cut turn is over
+                    self._emit(Dropped(turn_id, text, CUT_HELD))
+                    return Turn(turn_id, interrupted=True, last_received=True, done=_set())
             now = self._clock()
             for stale in [t.turn_id for t in self._turns.values() if t.held]:
                 if now - self._turns[stale].held_since > self._max_hold_s:
@@ -284,7 +307,7 @@ class Speaker:
             if not self._active:
                 return False
             item = self._queue.popleft()
-            if item.gen != self._gen:
+            if not self._current_gen(item):
                 return True  # queued before a stop: never said
         failure = None
         try:
@@ -295,7 +318,7 @@ class Speaker:
             turn, sink = item.turn, self._sink
             if failure is not None:
                 self._emit(Failed(turn.turn_id, item.text, failure))
-            if item.gen != self._gen:
+            if not self._current_gen(item):
                 return True  # stopped while it was being synthesised
             if turn.held and len(audio):
                 turn.held_audio.append((item, audio))  # played when released
@@ -342,15 +365,27 @@ class Speaker:
         turn.held = False
         held, turn.held_audio = turn.held_audio, []
         for item, audio in held:
-            if item.gen == self._gen:
-                self._write(item, audio)
+            item.gen = self._gen  # (a stop of another turn since: its audio is still to play)
+            self._write(item, audio)
         self._finish_if_idle(turn)
+
+    def _current_gen(self, item: Sentence) -> bool:
+        """Whether ``item`` is still to be said: queued since the last stop, or a held turn's
+        (a stop naming another turn leaves a held turn as it is; one that discards it removes
+        it from the queue and ends it)."""
+        if item.gen == self._gen:
+            return True
+        if item.turn.held and not item.turn.done.is_set():
+            item.gen = self._gen
+            return True
+        return False
 
     def discard(self, turn_id: str) -> bool:
         """Drop a held turn unheard: queued and synthesised sentences are never played. No
         interruption is reported (nobody heard anything); a later sentence under the same id
         starts a new turn. False when the turn is not held (nothing done)."""
         with self._lock:
+            self._cut_held.pop(turn_id, None)  # the LLM knows now: what follows is new
             turn = self._turns.get(turn_id)
             if turn is None or not turn.held:
                 return False
@@ -385,7 +420,20 @@ class Speaker:
         if turn.last_received:
             turn.done.set()
         self._emit(SpeechState.of(turn))  # speaking=False: nothing of this turn is left to play
+        # another turn still speaking (this one had nothing left, or was cut short): its state
+        # again, last, so whoever keeps only the latest state (the ASR's echo gate) does not
+        # take this one for the robot falling silent
+        other = self._speaking_turn()
+        if other is not None and other is not turn:
+            self._emit(SpeechState.of(other))
         return True
+
+    def _speaking_turn(self) -> Turn | None:
+        """The turn whose audio plays (the current one first), None when the robot is quiet
+        (a turn only queued, with no audio out yet, is not heard)."""
+        turns = [self._current, *self._turns.values()]
+        audible = (t for t in turns if t is not None and t.first_audio)
+        return next((t for t in audible if SpeechState.of(t).speaking), None)
 
     def stop(self, turn_id: str = "", reason: str = "stop request") -> StopInfo | None:
         """Stop the current turn (or only ``turn_id`` if it is the current one, or one not
@@ -394,7 +442,12 @@ class Speaker:
         with self._lock:
             held = [t.turn_id for t in self._turns.values() if t.held]
             for held_id in held:  # nobody heard a held turn: it goes without an interruption
-                if not turn_id or held_id == turn_id:
+                if not turn_id and self.discard(held_id):
+                    # the LLM will release it and go on: drop that (no start, no sense)
+                    self._cut_held[held_id] = None
+                    while len(self._cut_held) > MAX_CUT_HELD:
+                        del self._cut_held[next(iter(self._cut_held))]
+                elif held_id == turn_id:
                     self.discard(held_id)
             if turn_id and turn_id in held:
                 return None
@@ -406,11 +459,12 @@ class Speaker:
                 if named is None or named.done.is_set() or named.outstanding == 0:
                     return None
                 current = named
-            busy = [t for t in self._turns.values() if t.outstanding > 0]
+            # (a held turn left is not busy: it is not playing, and it stays held)
+            busy = [t for t in self._turns.values() if t.outstanding > 0 and not t.held]
             if not busy:
                 return None
             self._gen += 1
-            self._queue.clear()
+            self._queue = deque(q for q in self._queue if q.turn.held)
             sink = self._sink
             report = sink.stop() if sink is not None and sink.is_open else None
             for item in self._playing:  # in play order: whole sentences, then the cut one
