@@ -25,7 +25,7 @@ from typing import Any
 
 from rclpy.action import CancelResponse, GoalResponse
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
-from rclpy.lifecycle import TransitionCallbackReturn
+from rclpy.lifecycle import LifecycleState, TransitionCallbackReturn
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
@@ -240,9 +240,28 @@ class LlmNode(BoltLifecycleNode):
         for pub in (self._say_pub, self._think_pub, self._stop_pub, self._tool_pub, self._hint_pub):
             self.destroy_publisher(pub)
         self._metrics.destroy()
-        if self.engine is not None:
-            self.engine.close()
+        self._close_engine("cleanup")
         self.engine = self.runner = self.scheduler = self.preemption = None
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        """Deactivate, then free the model here, in order, rather than leave llama.cpp's
+        context to the interpreter's exit (a Ctrl-C right after a turn ended the process
+        with SIGSEGV twice in one test run on a loaded machine)."""
+        result = super().on_shutdown(state)
+        self._close_engine("shutdown")
+        return result
+
+    def _close_engine(self, why: str) -> None:
+        """Free the model unless the worker is still inside it (a prefill is not stoppable
+        midway; its join timed out): freeing it under a running decode would crash."""
+        engine = self.engine
+        if engine is None:
+            return
+        if self._worker is not None and self._worker.is_alive():
+            self.get_logger().warning(f"{why}: the LLM worker is busy; the model stays loaded")
+            return
+        self.engine = None
+        engine.close()
 
     # --- inputs --------------------------------------------------------------------------------
     def _on_transcript(self, msg: Transcript) -> None:
