@@ -111,6 +111,20 @@ class ResetJob:
 Job = TurnJob | PrewarmJob | SpeculativeJob | InterruptedJob | ResetJob
 
 
+def _pending_turn(job: Job) -> TurnJob | None:
+    """The turn a job carries (a speculative job's preemptive turn) while its future is open."""
+    turn = job.turn if isinstance(job, SpeculativeJob) else job
+    return turn if isinstance(turn, TurnJob) and not turn.done.done() else None
+
+
+def _discard_unheard(turn: TurnJob) -> None:
+    """A turn that will never run: a preemptive one (its sink a ``HeldTurn``) is dropped
+    unheard; any other sink has nothing to drop."""
+    discard = getattr(turn.sink, "discard", None)
+    if discard is not None:
+        discard()
+
+
 def _futures(job: Job) -> list[Future]:
     """The futures a job's callers wait on (a prefill's event is set by ``run_job``)."""
     if isinstance(job, SpeculativeJob):
@@ -298,10 +312,9 @@ class TurnScheduler:
             self._run_job(job)
         except Exception as exc:
             self._fail("worker", f"{type(job).__name__} failed: {exc!r}")
-            turn = job.turn if isinstance(job, SpeculativeJob) else job
-            discard = getattr(getattr(turn, "sink", None), "discard", None)
-            if isinstance(turn, TurnJob) and not turn.done.done() and discard is not None:
-                discard()  # a held turn that never ran: its final must get a turn of its own
+            turn = _pending_turn(job)
+            if turn is not None:  # a held turn that never ran: its final gets a turn of its own
+                _discard_unheard(turn)
             for future in _futures(job):
                 if not future.done():
                     future.set_exception(exc)
@@ -315,11 +328,9 @@ class TurnScheduler:
             self._log.info("conversation reset")
             return
         if not self._active:  # deactivating: turns queued before it are refused, not run
-            turn = job.turn if isinstance(job, SpeculativeJob) else job
-            if isinstance(turn, TurnJob) and not turn.done.done():
-                discard = getattr(turn.sink, "discard", None)  # a preemptive turn: unheard
-                if discard is not None:
-                    discard()
+            turn = _pending_turn(job)
+            if turn is not None:
+                _discard_unheard(turn)
                 turn.done.set_exception(NotActiveError("llm_node is not active"))
             return
         if isinstance(job, InterruptedJob):
@@ -393,9 +404,7 @@ class TurnScheduler:
         self._log.info(f"turn {job.turn_id} dropped unrun: superseded or cancelled")
         result = TurnResult(turn_id=job.turn_id, cancelled=True)
         try:
-            discard = getattr(job.sink, "discard", None)  # a preemptive turn: never to be heard
-            if discard is not None:
-                discard()
+            _discard_unheard(job)
             job.sink.on_turn_end(job.turn_id, 0, result)
         except Exception as exc:
             self._fail("turn", f"turn {job.turn_id}: ending it failed: {exc!r}")
