@@ -227,9 +227,16 @@ def test_stopping_a_turn_id_that_is_not_current():
     info = speaker.stop("t2", reason="action cancelled")
     assert info is not None and info.turn_id == "t2" and info.spoken == ""
     assert t2.interrupted and t2.done.is_set()
-    assert t1.interrupted and t1.done.is_set()  # what was queued and playing stops with it
-    assert of_type(events[n:], SpeechState) == [SpeechState("t2", False, "", True)]
-    assert speaker.synthesize_next() is False
+    # only t2 stops: t1 plays on, the sink untouched, and its state stays the last one out
+    assert not t1.interrupted and t1.outstanding == 1 and sink.stops == 0
+    assert of_type(events[n:], SpeechState) == [
+        SpeechState("t2", False, "", True),
+        SpeechState("t1", True, "", False),
+    ]
+    assert of_type(events[n:], Stopped)[0].info == StopInfo("t2", "action cancelled", "")
+    assert speaker.synthesize_next() is False  # t2's sentence left the queue
+    assert speaker.played(sink.finish(sink.writes[-1])) and t1.spoken == ["Playing now."]
+    assert not t1.interrupted and t1.done.is_set()
 
     speaker.say("t3", "Another turn.", True)
     speaker.synthesize_next()
@@ -237,8 +244,47 @@ def test_stopping_a_turn_id_that_is_not_current():
     speaker.say("t4", "Still going.", True)
     speaker.synthesize_next()
     assert speaker.stop("t3") is None  # finished and no longer current
-    assert speaker.stop("t1") is None  # stopped already
+    assert speaker.stop("t1") is None  # finished already
     assert speaker.turn("t4").outstanding == 1 and not speaker.turn("t4").interrupted
+
+
+def test_stopping_the_playing_turn_lets_the_turns_queued_behind_it_play():
+    """A cancelled Speak goal ends its own speech: the next client's turn, queued behind it
+    (including the sentence being synthesised when the stop came), still plays whole."""
+    speaker, synth, sink, events = make()
+    t1 = speaker.say("t1", "First turn here. Second part.", True)
+    speaker.synthesize_next()
+    sink.play_words(sink.writes[0], 1)
+    t2 = speaker.say("t2", "Next client. Its end.", True)
+    speaker.synthesize_next()  # t1's second sentence, written behind the first
+    stops = []
+    synth.during = lambda text: stops.append(speaker.stop("t1", reason="action cancelled"))
+    speaker.synthesize_next()  # t2's first sentence: the stop comes while it is synthesised
+    assert stops[0] == StopInfo("t1", "action cancelled", "First", 2.0, 1.0)
+    assert t1.interrupted and t1.done.is_set() and t1.spoken == ["First"]
+    assert sink.stops == 1 and not t2.interrupted
+    assert sink.writes[-1].turn is t2 and sink.writes[-1].text == "Next client."
+    synth.during = None
+    while speaker.synthesize_next():
+        pass
+    for tag in [w for w in sink.writes if w.turn is t2]:
+        speaker.played(sink.finish(tag))
+    assert t2.spoken == ["Next client.", "Its end."] and t2.done.is_set()
+    assert not t2.interrupted
+    assert of_type(events, SpeechState)[-1] == SpeechState("t2", False, t2.spoken_text, False)
+
+
+def test_a_waiting_turn_stopped_while_its_sentence_is_synthesised_is_never_played():
+    speaker, synth, sink, events = make()
+    t1 = speaker.say("t1", "Playing now.", True)
+    speaker.synthesize_next()
+    t2 = speaker.say("t2", "Waiting here.", True)
+    synth.during = lambda text: speaker.stop("t2")
+    speaker.synthesize_next()
+    assert t2.interrupted and t2.done.is_set() and t2.outstanding == 0
+    assert [w.turn for w in sink.writes] == [t1] and sink.stops == 0
+    assert [e.info.turn_id for e in of_type(events, Stopped)] == ["t2"]
+    assert speaker.played(sink.finish(sink.writes[0])) and not t1.interrupted
 
 
 def test_interrupting_say_stops_the_current_turn_then_speaks():

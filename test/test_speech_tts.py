@@ -153,6 +153,23 @@ def test_headless_speak_action_teleop_and_stop(node_process, unique_ns):
         stop.publish(String(data=""))
         spin_until(ex, lambda: state.last().interrupted, 5, "tts/stop to interrupt teleop")
         assert state.last().turn_id.startswith("teleop")
+
+        # two clients' goals: cancelling the one that waits leaves the one that plays whole
+        first_goal = speak("Good morning to you. The forge is hot today.")
+        spin_until(ex, lambda: state.last().speaking, 20, "the first goal to play")
+        send = client.send_goal_async(Speak.Goal(text="Come back later."))
+        spin_until(ex, send.done, 10, "the second goal's acceptance")
+        waiting = send.result()
+        cancel = waiting.cancel_goal_async()
+        spin_until(ex, cancel.done, 10, "the cancel response")
+        second = waiting.get_result_async()
+        spin_until(ex, second.done, 10, "the cancelled goal's result")
+        assert not second.result().result.completed and second.result().result.spoken_text == ""
+        spin_until(ex, first_goal.done, 20, "the first goal's result")
+        assert first_goal.result().result.completed, first_goal.result().result
+        assert first_goal.result().result.spoken_text == (
+            "Good morning to you. The forge is hot today."
+        )
     assert proc.alive(), proc.log()
 
 

@@ -8,6 +8,9 @@ the caller hands it to ``played`` (from a thread of its own: ``on_done`` runs in
 callback). ``stop`` bumps a generation counter stamped on every queued sentence, so whatever was
 queued or being synthesised before it is never played, and reports exactly what was heard:
 the whole sentences, then the words of the cut one in proportion to the samples played.
+A stop that names a turn ends that turn only: one still waiting leaves the sink alone, and
+the turns queued behind one that plays are stamped again and go on (a cancelled Speak goal
+ends its own speech, not another client's).
 
 **Held turns** (a preemptive answer, started before the user's turn was confirmed over):
 ``say(…, held=True)`` synthesises the sentences at once but keeps their audio; ``release``
@@ -203,6 +206,7 @@ class Speaker:
         self._turns: dict[str, Turn] = {}
         self._current: Turn | None = None  # the turn whose audio went to the sink last
         self._queue: deque[Sentence] = deque()
+        self._synthesizing: Sentence | None = None  # taken from the queue, outside the lock
         self._playing: list[Sentence] = []  # written to the sink, in play order
         # held turns a stop or an interrupting say discarded here: the LLM does not know, and
         # its release and the rest of the answer would play without their start
@@ -309,12 +313,14 @@ class Speaker:
             item = self._queue.popleft()
             if not self._current_gen(item):
                 return True  # queued before a stop: never said
+            self._synthesizing = item  # (a stop naming another turn stamps it again)
         failure = None
         try:
             audio = self._synthesize(item.text)
         except Exception as exc:  # one unsayable sentence must not end the speech thread
             failure, audio = repr(exc), np.zeros(0, dtype=np.int16)
         with self._lock:
+            self._synthesizing = None
             turn, sink = item.turn, self._sink
             if failure is not None:
                 self._emit(Failed(turn.turn_id, item.text, failure))
@@ -436,9 +442,10 @@ class Speaker:
         return next((t for t in audible if SpeechState.of(t).speaking), None)
 
     def stop(self, turn_id: str = "", reason: str = "stop request") -> StopInfo | None:
-        """Stop the current turn (or only ``turn_id`` if it is the current one, or one not
-        playing yet: then what is queued with it stops too). Returns what was said, or None if
-        nothing was playing or queued."""
+        """Stop everything (``turn_id`` empty), or the turn ``turn_id`` only: one that waits
+        is taken out of the queue while the playing turn plays on; one that plays is cut with
+        whatever else the sink holds (a sink stops as a whole), and the turns queued behind it
+        go on. Returns what was said, or None if nothing was playing or queued."""
         with self._lock:
             held = [t.turn_id for t in self._turns.values() if t.held]
             for held_id in held:  # nobody heard a held turn: it goes without an interruption
@@ -452,6 +459,8 @@ class Speaker:
             if turn_id and turn_id in held:
                 return None
             current = self._current
+            # (a held turn left is not busy: it is not playing, and it stays held)
+            busy = [t for t in self._turns.values() if t.outstanding > 0 and not t.held]
             if turn_id:
                 # a stop names one turn: if that turn is over (finished, or already cut off by a
                 # newer one), there is nothing to stop, even while it is still the last current
@@ -459,12 +468,23 @@ class Speaker:
                 if named is None or named.done.is_set() or named.outstanding == 0:
                     return None
                 current = named
-            # (a held turn left is not busy: it is not playing, and it stays held)
-            busy = [t for t in self._turns.values() if t.outstanding > 0 and not t.held]
+                playing = {id(item.turn) for item in self._playing}
+                if id(named) not in playing:
+                    return self._stop_waiting(named, reason)
+                busy = [t for t in busy if t is named or id(t) in playing]
             if not busy:
                 return None
             self._gen += 1
-            self._queue = deque(q for q in self._queue if q.turn.held)
+            cut = {id(t) for t in busy}
+            # what goes on: held turns (stamped again at release) and, for a stop naming a
+            # turn, the turns queued behind it (stamped with the new generation here)
+            self._queue = deque(q for q in self._queue if q.turn.held or id(q.turn) not in cut)
+            going_on = list(self._queue)
+            if self._synthesizing is not None and id(self._synthesizing.turn) not in cut:
+                going_on.append(self._synthesizing)
+            for item in going_on:
+                if not item.turn.held:
+                    item.gen = self._gen
             sink = self._sink
             report = sink.stop() if sink is not None and sink.is_open else None
             for item in self._playing:  # in play order: whole sentences, then the cut one
@@ -496,3 +516,19 @@ class Speaker:
                 )
             self._emit(Stopped(info))
             return info
+
+    def _stop_waiting(self, turn: Turn, reason: str) -> StopInfo:
+        """Stop a turn none of whose audio is in the sink (the lock held): its sentences leave
+        the queue (the one being synthesised is never written), the sink plays on."""
+        self._queue = deque(q for q in self._queue if q.turn is not turn)
+        if self._synthesizing is not None and self._synthesizing.turn is turn:
+            self._synthesizing.gen = -1  # never current again
+        turn.outstanding, turn.interrupted, turn.last_received = 0, True, True
+        turn.done.set()
+        self._emit(SpeechState.of(turn))
+        other = self._speaking_turn()  # the robot still speaks: that state stays the last one
+        if other is not None:
+            self._emit(SpeechState.of(other))
+        info = StopInfo(turn.turn_id, reason, turn.spoken_text)
+        self._emit(Stopped(info))
+        return info
