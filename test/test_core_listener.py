@@ -17,6 +17,7 @@ from bolt_agent.core.speech.listener import (
     Listener,
     ListenerSettings,
     NoSpeech,
+    StreamGaps,
     TranscriptEvent,
     TranscriptionFailed,
     VoiceActivityEvent,
@@ -173,6 +174,34 @@ def test_audio_that_stops_mid_utterance_ends_it_with_what_was_heard():
     events = feed(listener, range(5, 60))
     finals = [e for _, e in events if isinstance(e, FinalMetrics)]
     assert [e.ended_by for e in finals] == ["silence"]
+
+
+def test_audio_dropped_upstream_ends_the_utterance_and_is_skipped_over():
+    """A flood beyond the node's queue drops blocks: the words on both sides of the gap are
+    not spliced into one utterance, and what follows keeps its true stream position."""
+    config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=64, start_pad_ms=128)
+    probs = [0.0] * 10 + [0.9] * 30 + [0.0] * 30
+    listener, asr = make(probs, config, speculative_final=False, partial_interval_s=0.0)
+    events = feed(listener, range(20))  # blocks 20..29 are dropped before the listener
+    assert asr.calls == []
+    uid = events[0][1].utterance_id
+    onset, start, cut = 10 * WINDOW, 10 * WINDOW - 2048, 20 * WINDOW
+    assert listener.audio_lost(10 * WINDOW) == [
+        VoiceActivityEvent(uid, False, False, at(19, cut)),
+        TranscriptEvent(uid, text(start, cut), True, 0.75, "en", at(19, onset), at(19, cut)),
+        FinalMetrics(uid, at(19, cut), "audio_lost", 0.0),
+    ]
+    assert listener.lost_samples == 10 * WINDOW and listener.vad.offset == 30 * WINDOW
+    events = feed(listener, range(30, 70))  # speech again right after the gap: a new utterance
+    second = events[0][1].utterance_id
+    assert second != uid
+    end = 40 * WINDOW + 1024
+    assert [e for _, e in events if isinstance(e, TranscriptEvent)] == [
+        TranscriptEvent(second, text(30 * WINDOW, end), True, 0.75, "en", at(49, 30 * WINDOW),
+                        at(49, end)),
+    ]  # fmt: skip
+    assert asr.calls == [(True, start, cut), (True, 30 * WINDOW, end)]  # never across the gap
+    assert listener.audio_lost(0) == [] and listener.audio_lost(WINDOW) == []  # nothing open
 
 
 def test_partials_every_interval_of_speech_and_skipped_under_backlog():
@@ -624,3 +653,17 @@ def test_real_speech_with_silero_gives_one_final_per_utterance_at_its_boundaries
         e for e in events if isinstance(e, TranscriptEvent) and not e.is_final and "final" in e.text
     ]
     assert sum(1 for final, _ in asr.calls if final) == len(speculative) >= len(finals)
+
+
+def test_stream_gaps_are_found_by_the_stamps():
+    ms = 1_000_000
+    gaps = StreamGaps()  # tolerance 100 ms
+    assert gaps.block(5_000 * ms, 100 * ms) == 0  # the first block: nothing to compare with
+    assert gaps.block(5_100 * ms, 100 * ms) == 0  # contiguous
+    assert gaps.block(5_250 * ms, 100 * ms) == 0  # 50 ms late: stamping jitter
+    assert gaps.block(6_350 * ms, 100 * ms) == 1_000 * ms  # a second never came
+    assert gaps.block(2_000 * ms, 100 * ms) == 0  # back in time (a bag again): afresh
+    assert gaps.block(2_100 * ms, 100 * ms) == 0
+    assert gaps.block(0, 100 * ms) == 0 and gaps.block(9_000 * ms, 100 * ms) == 0  # unstamped
+    gaps.reset()
+    assert gaps.block(20_000 * ms, 100 * ms) == 0

@@ -11,8 +11,9 @@ import pytest
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState
 from std_msgs.msg import String
+from test_diagnostics import Diagnostics
 
-from audio_fixtures import pulse, speech_wav, wait_for, wer  # noqa: F401 - fixtures
+from audio_fixtures import make_speech, pulse, speech_wav, wait_for, wer  # noqa: F401 - fixtures
 from bolt_agent.core.speech.audio_io import float_to_int16
 from bolt_agent.nodes import qos
 from bolt_agent_interfaces.msg import AudioChunk, Transcript, TtsState, TurnMetrics, VoiceActivity
@@ -339,4 +340,64 @@ def test_audio_that_stops_mid_sentence_still_gives_its_final(
         voice = [m for m in seen["asr"] if isinstance(m, VoiceActivity)]
         assert not voice[-1].speaking and voice[-1].utterance_id == finals()[-1].utterance_id
         spin_until(ex, lambda: "deactivated mid-utterance" in proc.log(), 10, proc.log)
+    assert proc.alive(), proc.log()
+
+
+@pytest.mark.slow
+def test_audio_lost_mid_sentence_is_not_spliced_across_the_gap(node_process, unique_ns, tmp_path):
+    """A second of audio/input lost in the middle of a sentence (a best-effort block that never
+    came: found by the stamps): the words before the gap end as an utterance of their own
+    (`ended_by_audio_lost`), the words after it are a new one. Then a block the node must drop
+    (longer than `max_queued_s` allows): the diagnostics account for every second lost either
+    way as skipped over by the VAD."""
+    speech = make_speech(
+        tmp_path, ("I would like to buy a long sword, a round shield and a pair of leather boots.",)
+    )
+    proc = start_asr(
+        node_process, unique_ns, "audio_source:=topic", "partial_interval_s:=0.0",
+        "max_queued_s:=0.1",
+    )  # fmt: skip
+    with ros_node("asr_probe") as (node, ex):
+        seen, status = watch_asr_nodes(node, unique_ns, {"asr": "asr"}, ("asr_node",))
+        diag = Diagnostics(node, unique_ns)
+        pub = node.create_publisher(AudioChunk, f"{unique_ns}/audio/input", qos.AUDIO)
+        spin_until(ex, lambda: status, 60, "the ASR node's status")
+        spin_until(ex, lambda: pub.get_subscription_count() == 1, 10, "the audio subscriber")
+        pcm = float_to_int16(np.concatenate([speech.audio, np.zeros(32_000, np.float32)]))
+        hole = speech.truth[0][0] + 20_000  # 1.25 s into the sentence: one second never sent
+        big = len(pcm) - 6_400  # 2.8 s into the silence after it: 0.2 s in one block, dropped
+        blocks = [(i, min(i + CHUNK, hole)) for i in range(0, hole, CHUNK)]
+        blocks += [(i, min(i + CHUNK, big)) for i in range(hole + 16_000, big, CHUNK)]
+        blocks += [(big, big + 3_200)]
+        blocks += [(i, i + CHUNK) for i in range(big + 3_200, len(pcm), CHUNK)]
+        stamp0 = node.get_clock().now().nanoseconds
+
+        def finals() -> list[Transcript]:
+            return [m for m in seen["asr"] if isinstance(m, Transcript) and m.is_final]
+
+        t0 = time.monotonic()
+        for a, b in blocks:
+            spin_until(ex, lambda a=a: time.monotonic() - t0 >= a / 16000, 5, "next block")
+            msg = AudioChunk(sample_rate=16000, channels=1, samples=pcm[a:b].tolist())
+            stamp = stamp0 + a * 62_500
+            msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp, 10**9)
+            pub.publish(msg)
+        spin_until(ex, lambda: len(finals()) == 2, 30, lambda: f"{seen['asr']}\n{proc.log()}")
+        before, after = (f.text.lower() for f in finals())
+        assert "would like" in before and "boots" not in before, before
+        assert "boots" in after and "would like" not in after, after
+        assert secs(finals()[0].audio_end) <= secs(finals()[1].audio_start) - 0.9  # the hole
+
+        def accounted(level, message, values) -> bool:
+            return (
+                values.get("ended_by_audio_lost") == "1"
+                and values.get("audio_gaps") == "1"
+                and float(values.get("audio_gap_s", "nan")) == pytest.approx(1.0)
+                and values.get("failures.audio_overflow") == "1"
+                and float(values.get("audio_dropped_s", "nan")) == pytest.approx(0.2)
+                and float(values.get("audio_skipped_s", "nan")) == pytest.approx(1.2)
+            )
+
+        diag.wait(ex, "asr_node", accounted, 10, [proc])
+        assert "the utterance ends with what was heard" in proc.log()
     assert proc.alive(), proc.log()

@@ -50,6 +50,7 @@ from bolt_agent.core.speech.listener import (
     ListenerEvent,
     ListenerSettings,
     NoSpeech,
+    StreamGaps,
     TranscriptEvent,
     TranscriptionFailed,
     VoiceActivityEvent,
@@ -334,6 +335,10 @@ class AsrNode(BoltLifecycleNode):
         self._q: queue.Queue[tuple[np.ndarray, int] | None] = queue.Queue()
         self._queued = 0  # samples waiting in _q
         self._queued_lock = threading.Lock()
+        self._dropped = 0  # samples lost (dropped, or missing by the stamps) since the last block
+        self._dropped_total = self._skipped_total = 0  # (dropped on overflow; skipped by the VAD)
+        self._gaps = StreamGaps()  # audio/input blocks missing by their stamps
+        self._gap_count = self._gap_samples = 0
         self._engine: AsrEngine | None = None
         self._mic: MicCapture | None = None
         self._worker: threading.Thread | None = None
@@ -435,7 +440,8 @@ class AsrNode(BoltLifecycleNode):
     def activate(self) -> TransitionCallbackReturn:
         assert self._engine is not None
         p = self.params
-        self._q, self._queued = queue.Queue(), 0
+        self._q, self._queued, self._dropped = queue.Queue(), 0, 0
+        self._gaps.reset()
         self._whisper = ThreadPoolExecutor(1, thread_name_prefix="asr-whisper")
         self._listener_params = p
         self._listener = Listener(
@@ -531,21 +537,39 @@ class AsrNode(BoltLifecycleNode):
                 resampler = self._resamplers[rate] = StreamResampler(rate, SAMPLE_RATE)
             x = resampler.process(x)
         stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
-        self._enqueue(x, stamp or self.get_clock().now().nanoseconds)
+        frames = len(msg.samples) // max(1, msg.channels)
+        missing_ns = self._gaps.block(stamp, frames * 1_000_000_000 // rate)
+        lost = missing_ns * SAMPLE_RATE // 1_000_000_000
+        if lost:  # a block lost on the way (best effort), or a publisher that skipped audio
+            self._gap_count += 1
+            self._gap_samples += lost
+            self.get_logger().warning(
+                f"audio/input: {missing_ns / 1e9:.2f} s missing before this block (by the "
+                "stamps): an utterance open ends there, the rest is a new one",
+                throttle_duration_sec=5.0,
+            )
+        self._enqueue(x, stamp or self.get_clock().now().nanoseconds, lost)
 
-    def _enqueue(self, chunk: np.ndarray, stamp_ns: int) -> None:
+    def _enqueue(self, chunk: np.ndarray, stamp_ns: int, lost: int = 0) -> None:
+        """Queue a block for the VAD thread; ``lost``: samples missing in front of it."""
         if not self._active:  # inactive: nothing reads the queue
             return
         with self._queued_lock:
             full = self._queued + len(chunk) > self.params.max_queued_s * SAMPLE_RATE
-            if not full:
+            self._dropped += lost
+            if full:  # the VAD thread skips the gap before the next block it takes
+                self._dropped += len(chunk)
+                self._dropped_total += len(chunk)
+                lost = 0
+            else:
                 self._queued += len(chunk)
+                lost, self._dropped = self._dropped, 0
         if full:
             message = f"audio dropped: more than max_queued_s {self.params.max_queued_s} s queued"
             self.record_failure("audio_overflow", message, log=False)
             self.get_logger().error(message, throttle_duration_sec=5.0)
             return
-        self._q.put((chunk, stamp_ns))
+        self._q.put((chunk, stamp_ns, lost))
 
     def _on_end_of_turn_hint(self, msg: EndOfTurnHint) -> None:
         p = msg.p_complete
@@ -580,11 +604,14 @@ class AsrNode(BoltLifecycleNode):
                 except Exception as exc:
                     self.record_failure("processing", f"ASR processing failed: {exc!r}")
                 break
-            chunk, stamp_ns = item
+            chunk, stamp_ns, lost = item
             with self._queued_lock:
                 self._queued -= len(chunk)
                 queued = self._queued
             try:
+                if lost:  # audio dropped in front of this block: not joined across the gap
+                    listener.audio_lost(lost)
+                    self._skipped_total += lost
                 if self.params is not self._listener_params:  # a runtime parameter changed
                     self._listener_params = self.params
                     listener.update_settings(self._listener_settings())
@@ -629,7 +656,13 @@ class AsrNode(BoltLifecycleNode):
             )
         elif isinstance(event, FinalMetrics):
             self._ended_by[event.ended_by] = self._ended_by.get(event.ended_by, 0) + 1
-            if event.ended_by == "audio_stopped":
+            if event.ended_by == "audio_lost":
+                self.get_logger().warning(
+                    f"[{event.utterance_id}] audio was lost mid-utterance (dropped beyond "
+                    f"max_queued_s {self.params.max_queued_s} s, or missing by the stamps): the "
+                    "utterance ends with what was heard"
+                )
+            elif event.ended_by == "audio_stopped":
                 self.get_logger().warning(
                     f"[{event.utterance_id}] no audio for audio_stopped_s "
                     f"{self.params.audio_stopped_s} s: the utterance ends with what was heard"
@@ -686,6 +719,13 @@ class AsrNode(BoltLifecycleNode):
             "input_errors": mic.errors if mic is not None else 0,
             # voice activity events a publish failed for (logged; the utterance went on)
             "voice_events_lost": getattr(self._listener, "delivery_failures", 0),
+            # audio dropped on overflow (failures.audio_overflow counts the blocks), audio/input
+            # missing by the stamps, and what of both the VAD thread has skipped over (the rest
+            # waits for the next block)
+            "audio_dropped_s": self._dropped_total / SAMPLE_RATE,
+            "audio_gaps": self._gap_count,
+            "audio_gap_s": self._gap_samples / SAMPLE_RATE,
+            "audio_skipped_s": self._skipped_total / SAMPLE_RATE,
             # the shorter first encoder window: transcripts it gave, and those redone in full
             "first_window_kept": kept,
             "first_window_redone": sum(redone.values()),

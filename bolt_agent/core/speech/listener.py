@@ -106,6 +106,30 @@ def clean_block(chunk: Any) -> np.ndarray:
     return x
 
 
+class StreamGaps:
+    """Finds audio missing from a stream of stamped blocks (a best-effort topic that lost a
+    block, a publisher that skipped some): the time between where the previous block ended and
+    where this one begins by its stamp. Unstamped blocks (0) and stamps that go back (a bag
+    replayed again, a clock reset) start afresh; a gap shorter than ``tolerance_ns`` is stamping
+    jitter (a publisher that stamps when it sends), not lost words."""
+
+    def __init__(self, tolerance_ns: int = _NS // 10) -> None:
+        self.tolerance_ns = tolerance_ns
+        self._next_ns: int | None = None
+
+    def block(self, stamp_ns: int, duration_ns: int) -> int:
+        """The ns missing before a block that starts at ``stamp_ns`` and lasts
+        ``duration_ns`` (0: none, or it cannot be told)."""
+        expected, self._next_ns = self._next_ns, stamp_ns + duration_ns if stamp_ns > 0 else None
+        if expected is None or stamp_ns <= 0:
+            return 0
+        missing = stamp_ns - expected
+        return missing if missing > self.tolerance_ns else 0
+
+    def reset(self) -> None:
+        self._next_ns = None
+
+
 @dataclass(frozen=True)
 class ListenerSettings:
     echo_mode: str = "barge_in"  # off | gate | barge_in
@@ -270,6 +294,7 @@ class Listener:
         # it: a stale speculative transcript never follows the "resumed" that made it stale
         self._spec_lock = threading.Lock()
         self.delivery_failures = 0  # voice activity events that could not be delivered
+        self.lost_samples = 0  # audio dropped upstream, skipped over (``audio_lost``)
         self._last_job: JobHandle | None = None  # the latest job (partials wait for it)
         self._robot_speaking = False  # as the pushing thread applies it, block by block
         self._robot_said = False  # the latest robot_speaking (any thread)
@@ -360,13 +385,28 @@ class Listener:
         away; ``why``: "deactivated" when the node stops listening) with an utterance open: end
         it with what was heard, rather than hold the user's words until audio comes back,
         which may be never. Returns the events (as ``push``)."""
+        self._end_open(why)
+        return self.take_events()
+
+    def audio_lost(self, samples: int) -> list[ListenerEvent]:
+        """``samples`` of audio were dropped before they reached the listener (a flood beyond
+        the node's queue): an open utterance ends with what was heard (``audio_lost``) rather
+        than splice the words on both sides of the gap into one, and the stream position moves
+        over the gap (the VAD starts afresh after it). Returns the events (as ``push``)."""
+        if samples > 0:
+            self._end_open("audio_lost")
+            self._drop_speculation()
+            self.vad.skip(samples)
+            self.lost_samples += samples
+        return self.take_events()
+
+    def _end_open(self, why: str) -> None:
         seg = self.vad
         if seg.in_speech:
             silence_ms = seg.silence_samples * 1000 / SAMPLE_RATE
             # the silence in progress, if any, ends it where the VAD would have; else the buffer
             # (flush: the one SpeechEnd of the open utterance)
             self._final(seg.end_now() or seg.flush()[0], (why, silence_ms))
-        return self.take_events()
 
     def take_events(self) -> list[ListenerEvent]:
         """Events produced since the last call (only without ``emit``)."""
