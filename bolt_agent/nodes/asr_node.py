@@ -289,6 +289,14 @@ class AsrParams:
         low=0.01,
         high=600.0,
     )
+    audio_gap_ms: float = param(
+        250.0,
+        "audio/input: a block stamped this much later than where the previous one ended means "
+        "audio was lost on the way; an utterance open ends there (ended_by_audio_lost) instead "
+        "of joining the words around the gap (0 = never: for publishers whose stamps jitter)",
+        low=0.0,
+        high=60_000.0,
+    )
     audio_stopped_s: float = param(
         3.0,
         "no audio for this long with an utterance open (a bag or file ended, the source went "
@@ -538,6 +546,7 @@ class AsrNode(BoltLifecycleNode):
             x = resampler.process(x)
         stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
         frames = len(msg.samples) // max(1, msg.channels)
+        self._gaps.tolerance_ns = int(self.params.audio_gap_ms * 1e6) or None
         missing_ns = self._gaps.block(stamp, frames * 1_000_000_000 // rate)
         lost = missing_ns * SAMPLE_RATE // 1_000_000_000
         if lost:  # a block lost on the way (best effort), or a publisher that skipped audio

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from rclpy.node import Node
+from rclpy.time import Time
 
 from bolt_agent.core.models import resolve_model
 from bolt_agent.core.speech.tts_engine import PiperEngine
@@ -116,11 +117,14 @@ class ScriptedUser(Node):
     def _stream(self, audio: np.ndarray, rate: int, stop: threading.Event | None) -> None:
         step = int(rate * CHUNK_S)
         start = time.monotonic()
+        # stamped by the sample clock (where the block is in the utterance), not when it is
+        # sent: a send late under load is not audio missing (asr_node's audio_gap_ms)
+        start_ns = self.get_clock().now().nanoseconds
         for i, k in enumerate(range(0, len(audio), step)):
             if stop is not None and stop.is_set():
                 return
             msg = AudioChunk(sample_rate=rate, channels=1, samples=audio[k : k + step].tolist())
-            msg.header.stamp = self.get_clock().now().to_msg()
+            msg.header.stamp = Time(nanoseconds=start_ns + k * 1_000_000_000 // rate).to_msg()
             self._pub.publish(msg)
             delay = start + (i + 1) * CHUNK_S - time.monotonic()  # real-time pace
             if delay > 0:

@@ -110,10 +110,11 @@ class StreamGaps:
     """Finds audio missing from a stream of stamped blocks (a best-effort topic that lost a
     block, a publisher that skipped some): the time between where the previous block ended and
     where this one begins by its stamp. Unstamped blocks (0) and stamps that go back (a bag
-    replayed again, a clock reset) start afresh; a gap shorter than ``tolerance_ns`` is stamping
-    jitter (a publisher that stamps when it sends), not lost words."""
+    replayed again, a clock reset) start afresh; a gap up to ``tolerance_ns`` is stamping
+    jitter (a publisher that stamps when it sends, late under load), not lost words; None
+    finds none."""
 
-    def __init__(self, tolerance_ns: int = _NS // 10) -> None:
+    def __init__(self, tolerance_ns: int | None = _NS // 4) -> None:
         self.tolerance_ns = tolerance_ns
         self._next_ns: int | None = None
 
@@ -121,7 +122,7 @@ class StreamGaps:
         """The ns missing before a block that starts at ``stamp_ns`` and lasts
         ``duration_ns`` (0: none, or it cannot be told)."""
         expected, self._next_ns = self._next_ns, stamp_ns + duration_ns if stamp_ns > 0 else None
-        if expected is None or stamp_ns <= 0:
+        if expected is None or stamp_ns <= 0 or self.tolerance_ns is None:
             return 0
         missing = stamp_ns - expected
         return missing if missing > self.tolerance_ns else 0
