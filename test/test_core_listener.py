@@ -669,3 +669,18 @@ def test_stream_gaps_are_found_by_the_stamps():
     assert gaps.block(20_000 * ms, 100 * ms) == 0
     gaps.tolerance_ns = None  # audio_gap_ms 0: never
     assert gaps.block(40_000 * ms, 100 * ms) == 0
+
+
+def test_drain_waits_for_the_transcriptions_owed_and_is_bounded():
+    config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=64, start_pad_ms=128)
+    runner = ManualRunner()
+    listener, asr = make(
+        [0.0] * 10 + [0.9] * 20, config, runner=runner, speculative_final=False,
+        partial_interval_s=0.0,
+    )  # fmt: skip
+    assert listener.drain(0.0)  # nothing submitted
+    feed(listener, range(30))
+    listener.audio_stopped("deactivated")  # the final is owed, its job waits in the runner
+    assert not listener.drain(0.0) and asr.calls == []  # still owed: False, not a hang
+    runner.run_all()
+    assert listener.drain(0.0) and len(asr.calls) == 1

@@ -70,6 +70,7 @@ from bolt_agent_interfaces.msg import (
 )
 
 _BACKLOG_S = 0.5  # queued audio above which partials are skipped to catch up
+_DRAIN_S = 10.0  # deactivation waits this long for the VAD thread, then for the owed finals
 
 
 def _echo_mode(value: Any) -> Any:
@@ -476,10 +477,17 @@ class AsrNode(BoltLifecycleNode):
             self._mic = None
         self._q.put(None)
         if self._worker is not None:
-            self._worker.join(timeout=10.0)
+            self._worker.join(timeout=_DRAIN_S)
             self._worker = None
+        listener = self._listener
         if self._whisper is not None:  # the transcripts already owed (speaking=false is out)
-            self._whisper.shutdown(wait=True)
+            if listener is not None and not listener.drain(_DRAIN_S):
+                self.record_failure(
+                    "deactivate",
+                    f"transcriptions still running {_DRAIN_S:.0f} s into deactivation; they "
+                    "finish in the background",
+                )
+            self._whisper.shutdown(wait=False)
             self._whisper = None
         self._listener = None
 

@@ -56,6 +56,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent import futures
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -211,6 +212,8 @@ class Transcriber(Protocol):
 
 class JobHandle(Protocol):
     def done(self) -> bool: ...
+
+    def result(self, timeout: float | None = None) -> Any: ...
 
 
 class JobRunner(Protocol):
@@ -408,6 +411,21 @@ class Listener:
             # the silence in progress, if any, ends it where the VAD would have; else the buffer
             # (flush: the one SpeechEnd of the open utterance)
             self._final(seg.end_now() or seg.flush()[0], (why, silence_ms))
+
+    def drain(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the transcriptions already submitted (a final owed to
+        the user); they run in order, so the latest one done means all are. False when they
+        are still running (a transcription cannot be stopped midway)."""
+        job = self._last_job
+        if job is None:
+            return True
+        try:
+            job.result(timeout)
+        except (TimeoutError, futures.TimeoutError):  # (two classes before Python 3.11)
+            return False
+        except futures.CancelledError:
+            pass
+        return True
 
     def take_events(self) -> list[ListenerEvent]:
         """Events produced since the last call (only without ``emit``)."""
