@@ -641,3 +641,89 @@ def test_trim_leading_silence_is_a_view_and_bounded_by_the_start():
     assert trim_leading_silence(audio, keep=10).tolist() == audio.tolist()
     assert trim_leading_silence(np.zeros(3, np.int16), keep=0).tolist() == [0, 0, 0]
     assert trim_leading_silence(np.array([-32768, 0], np.int16), keep=0).tolist() == [-32768, 0]
+
+
+def test_a_stopped_sentence_is_not_revived_by_a_later_stop():
+    """A sentence a stop ended while it was being synthesised stays ended when another stop
+    comes before synthesis returns (the later stop re-stamps only what was still current)."""
+    speaker, synth, sink, _ = make()
+    t1 = speaker.say("t1", "Playing now.", True)
+    speaker.synthesize_next()
+    t2 = speaker.say("t2", "Waiting here.", True)
+    synth.during = lambda text: (speaker.stop("t2"), speaker.stop(""))
+    speaker.synthesize_next()
+    assert [w.turn for w in sink.writes] == [t1] and t2.outstanding == 0
+
+    speaker, synth, sink, _ = make()
+    t1 = speaker.say("t1", "One here. Two here.", True)
+    speaker.synthesize_next()
+    synth.during = lambda text: (speaker.stop("t1"), speaker.stop(""))
+    speaker.synthesize_next()  # "Two here." is being synthesised when both stops come
+    assert [w.text for w in sink.writes] == ["One here."] and t1.outstanding == 0
+
+
+def test_a_held_turn_released_after_a_stop_of_another_turn_plays_whole():
+    speaker, synth, sink, _ = make()
+    speaker.say("t1", "Playing now.", True)
+    speaker.synthesize_next()
+    h = speaker.say("h", "Held one. Held two.", True, held=True)
+    speaker.stop("t1")
+    speaker.release("h")
+    while speaker.synthesize_next():
+        pass
+    assert [w.text for w in sink.writes][-2:] == ["Held one.", "Held two."]
+    for tag in sink.writes[-2:]:
+        speaker.played(sink.finish(tag))
+    assert h.done.is_set() and h.spoken == ["Held one.", "Held two."] and not h.interrupted
+
+    speaker, synth, sink, _ = make()  # the stop and the release while h's first is synthesised
+    speaker.say("t1", "Playing now.", True)
+    speaker.synthesize_next()
+    h = speaker.say("h", "Held one.", True, held=True)
+    synth.during = lambda text: (speaker.stop("t1"), speaker.release("h"))
+    speaker.synthesize_next()
+    synth.during = None
+    speaker.played(sink.finish(sink.writes[-1]))
+    assert sink.writes[-1].text == "Held one." and h.done.is_set() and h.outstanding == 0
+
+
+def test_the_next_turns_sentence_already_in_the_sink_is_said_again_after_a_stop():
+    """The synthesis thread writes the next sentence while one plays, so the next client's
+    turn is often in the sink when the playing turn is stopped: not yet started, it is said
+    again (its state back to speaking); once started, it was heard and is cut too."""
+    speaker, synth, sink, events = make()
+    t1 = speaker.say("t1", "Mine here.", True)
+    t2 = speaker.say("t2", "Yours here. And more.", True)
+    speaker.synthesize_next()
+    speaker.synthesize_next()  # t2's first sentence written behind t1's, not started
+    sink.play_words(sink.writes[0], 1)
+    n = len(events)
+    assert speaker.stop("t1", reason="action cancelled").turn_id == "t1"
+    assert t1.interrupted and t1.spoken == ["Mine"] and not t2.interrupted
+    assert of_type(events[n:], SpeechState) == [SpeechState("t1", False, "Mine", True)]
+    while speaker.synthesize_next():
+        pass
+    assert [w.text for w in sink.writes[2:]] == ["Yours here.", "And more."]
+    assert synth.texts == ["Mine here.", "Yours here.", "Yours here.", "And more."]  # again
+    assert of_type(events[n:], SpeechState)[-1] == SpeechState("t2", True, "", False)
+    for tag in sink.writes[2:]:
+        speaker.played(sink.finish(tag))
+    assert t2.done.is_set() and t2.spoken == ["Yours here.", "And more."]
+    assert of_type(events, FirstAudio) == [FirstAudio("t1"), FirstAudio("t2")]  # once each
+
+    speaker, _, sink, events = make()  # t2 had started: heard, so cut with t1
+    t1 = speaker.say("t1", "Mine here.", True)
+    t2 = speaker.say("t2", "Yours here. And more.", True)
+    speaker.synthesize_next()
+    speaker.synthesize_next()
+    speaker.synthesize_next()  # t2's second sentence too
+    sink.finish(sink.writes[0])  # (t1's sentence has played; its on_done not in yet)
+    sink.play_words(sink.writes[1], 1)
+    n = len(events)
+    speaker.stop("t1")
+    assert t1.spoken == ["Mine here."] and t2.interrupted and t2.spoken == ["Yours"]
+    assert of_type(events[n:], SpeechState) == [
+        SpeechState("t2", False, "Yours", True),
+        SpeechState("t1", False, "Mine here.", True),
+    ]
+    assert speaker.synthesize_next() is False

@@ -5,12 +5,14 @@
 injected sink (``Player`` or ``PacedSink`` from ``playback``: write/progress/forget/stop under a
 tag, the queued ``Sentence``). The sink reports each finished sentence through its ``on_done``;
 the caller hands it to ``played`` (from a thread of its own: ``on_done`` runs in the audio
-callback). ``stop`` bumps a generation counter stamped on every queued sentence, so whatever was
-queued or being synthesised before it is never played, and reports exactly what was heard:
-the whole sentences, then the words of the cut one in proportion to the samples played.
-A stop that names a turn ends that turn only: one still waiting leaves the sink alone, and
-the turns queued behind one that plays are stamped again and go on (a cancelled Speak goal
-ends its own speech, not another client's).
+callback). ``stop`` bumps a generation counter stamped on every queued sentence, so whatever of
+the stopped turns was queued or being synthesised is never played, and reports exactly what was
+heard: the whole sentences, then the words of the cut one in proportion to the samples played.
+A stop of everything ends every turn. A stop that names a turn ends that turn only: one still
+waiting leaves the queue and the sink plays on; for one that plays, the sink stops as a whole,
+so a turn that had audio out with it is cut too, while the turns behind it go on: those still
+queued are stamped with the new generation, and a sentence the sink held but had not started
+is said again (a cancelled Speak goal ends its own speech, not the next client's).
 
 **Held turns** (a preemptive answer, started before the user's turn was confirmed over):
 ``say(…, held=True)`` synthesises the sentences at once but keeps their audio; ``release``
@@ -129,7 +131,7 @@ class FirstAudio:
 
 @dataclass(frozen=True)
 class StopInfo:
-    turn_id: str  # the turn shown as stopped (the current one, else the first busy one)
+    turn_id: str  # the turn reported (the one named, else the current one, else the first cut)
     reason: str
     spoken: str  # what that turn had said: whole sentences, then the cut one's prefix
     stop_ms: float | None = None  # stop request → output silenced (None: no open output)
@@ -346,7 +348,7 @@ class Speaker:
             turn.outstanding -= 1
             self._finish_if_idle(turn)
             return
-        self._current = turn
+        switched, self._current = turn is not self._current, turn
         self._playing.append(item)
         if not turn.first_audio and self.lead_keep is not None:
             audio = trim_leading_silence(audio, self.lead_keep)
@@ -354,6 +356,8 @@ class Speaker:
         if not turn.first_audio:
             turn.first_audio = True
             self._emit(FirstAudio(turn.turn_id))
+            self._emit(SpeechState.of(turn))
+        elif switched:  # back on the sink after another turn (said again after a stop)
             self._emit(SpeechState.of(turn))
 
     # --- held turns --------------------------------------------------------------------------
@@ -443,9 +447,11 @@ class Speaker:
 
     def stop(self, turn_id: str = "", reason: str = "stop request") -> StopInfo | None:
         """Stop everything (``turn_id`` empty), or the turn ``turn_id`` only: one that waits
-        is taken out of the queue while the playing turn plays on; one that plays is cut with
-        whatever else the sink holds (a sink stops as a whole), and the turns queued behind it
-        go on. Returns what was said, or None if nothing was playing or queued."""
+        is taken out of the queue while the playing turn plays on; one that plays is cut, with
+        any other turn whose audio had started (a sink stops as a whole), and the turns behind
+        it go on (what the sink held of them unstarted is said again). Every turn cut gets its
+        interrupted state, the reported one last. Returns what was said, or None if nothing was
+        playing or queued."""
         with self._lock:
             held = [t.turn_id for t in self._turns.values() if t.held]
             for held_id in held:  # nobody heard a held turn: it goes without an interruption
@@ -461,6 +467,7 @@ class Speaker:
             current = self._current
             # (a held turn left is not busy: it is not playing, and it stays held)
             busy = [t for t in self._turns.values() if t.outstanding > 0 and not t.held]
+            named = None
             if turn_id:
                 # a stop names one turn: if that turn is over (finished, or already cut off by a
                 # newer one), there is nothing to stop, even while it is still the last current
@@ -468,33 +475,48 @@ class Speaker:
                 if named is None or named.done.is_set() or named.outstanding == 0:
                     return None
                 current = named
-                playing = {id(item.turn) for item in self._playing}
-                if id(named) not in playing:
+                if all(item.turn is not named for item in self._playing):
                     return self._stop_waiting(named, reason)
-                busy = [t for t in busy if t is named or id(t) in playing]
             if not busy:
                 return None
-            self._gen += 1
+            old, self._gen = self._gen, self._gen + 1
+            sink = self._sink
+            report = sink.stop() if sink is not None and sink.is_open else None
+            again: list[Sentence] = []  # other turns' sentences the sink held, not yet started
+            if named is not None:
+                heard: set[int] = set()  # turns with audio out (in play order)
+                for item in self._playing:
+                    played = sink.progress(item)[0] if sink is not None else 0
+                    if item.turn is not named and not played and id(item.turn) not in heard:
+                        again.append(Sentence(item.turn, item.text, self._gen))
+                    else:
+                        heard.add(id(item.turn))
+                busy = [t for t in busy if id(t) in heard]
             cut = {id(t) for t in busy}
-            # what goes on: held turns (stamped again at release) and, for a stop naming a
-            # turn, the turns queued behind it (stamped with the new generation here)
+            # what goes on: held turns and, for a stop naming a turn, the turns queued behind it
+            # (the sink's unstarted sentences of those said again first); stamped with the new
+            # generation only if they had the old one (a sentence a stop ended stays ended)
             self._queue = deque(q for q in self._queue if q.turn.held or id(q.turn) not in cut)
             going_on = list(self._queue)
             if self._synthesizing is not None and id(self._synthesizing.turn) not in cut:
                 going_on.append(self._synthesizing)
             for item in going_on:
-                if not item.turn.held:
+                if item.gen == old:
                     item.gen = self._gen
-            sink = self._sink
-            report = sink.stop() if sink is not None and sink.is_open else None
+            self._queue.extendleft(reversed(again))
+            if again:  # (their turn is back on the sink with them: its state says so again)
+                self._current = named
+                self._ready.notify()
             for item in self._playing:  # in play order: whole sentences, then the cut one
+                if id(item.turn) not in cut:
+                    continue
                 played, total = sink.progress(item) if sink is not None else (0, 1)
                 if total and played >= total:
                     item.turn.spoken.append(item.text)
                     continue
-                cut = spoken_prefix(item.text, played / total if total else 0.0)
-                if cut:
-                    item.turn.spoken.append(cut)
+                words = spoken_prefix(item.text, played / total if total else 0.0)
+                if words:
+                    item.turn.spoken.append(words)
                 break
             if sink is not None:
                 for item in self._playing:
@@ -504,6 +526,9 @@ class Speaker:
                 turn.outstanding, turn.interrupted, turn.last_received = 0, True, True
                 turn.done.set()
             shown = current if current in busy else busy[0]
+            for turn in busy:  # every turn cut says so; the one reported goes last
+                if turn is not shown:
+                    self._emit(SpeechState.of(turn))
             self._emit(SpeechState.of(shown))
             info = StopInfo(shown.turn_id, reason, shown.spoken_text)
             if report is not None:
