@@ -22,6 +22,7 @@ import array
 import itertools
 import queue
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -341,7 +342,8 @@ class AsrNode(BoltLifecycleNode):
 
     def __init__(self, **kwargs) -> None:
         super().__init__("asr_node", **kwargs)
-        self._q: queue.Queue[tuple[np.ndarray, int] | None] = queue.Queue()
+        # (block, stamp ns of its first sample, samples lost in front of it) | None: stop
+        self._q: queue.Queue[tuple[np.ndarray, int, int] | None] = queue.Queue()
         self._queued = 0  # samples waiting in _q
         self._queued_lock = threading.Lock()
         self._dropped = 0  # samples lost (dropped, or missing by the stamps) since the last block
@@ -476,12 +478,14 @@ class AsrNode(BoltLifecycleNode):
             self._mic.close()
             self._mic = None
         self._q.put(None)
+        deadline = time.monotonic() + _DRAIN_S  # for the VAD thread and the finals together
         if self._worker is not None:
             self._worker.join(timeout=_DRAIN_S)
             self._worker = None
         listener = self._listener
         if self._whisper is not None:  # the transcripts already owed (speaking=false is out)
-            if listener is not None and not listener.drain(_DRAIN_S):
+            left = max(0.0, deadline - time.monotonic())
+            if listener is not None and not listener.drain(left):
                 self.record_failure(
                     "deactivate",
                     f"transcriptions still running {_DRAIN_S:.0f} s into deactivation; they "
@@ -543,6 +547,9 @@ class AsrNode(BoltLifecycleNode):
         )
         if why is not None:
             raise ValueError(why)
+        if not self._active:  # nothing listens: no stream to find gaps in either
+            self._gaps.reset()
+            return
         x = to_mono(int16_to_float(np.asarray(msg.samples, dtype=np.int16)), msg.channels)
         rate = int(msg.sample_rate) or SAMPLE_RATE
         if rate != SAMPLE_RATE:
@@ -557,14 +564,11 @@ class AsrNode(BoltLifecycleNode):
         self._gaps.tolerance_ns = int(self.params.audio_gap_ms * 1e6) or None
         missing_ns = self._gaps.block(stamp, frames * 1_000_000_000 // rate)
         lost = missing_ns * SAMPLE_RATE // 1_000_000_000
-        if lost:  # a block lost on the way (best effort), or a publisher that skipped audio
+        if lost:  # a block lost on the way (best effort), or a publisher that paused (the two
+            # look alike; an utterance it cuts is logged as such: ended_by audio_lost)
             self._gap_count += 1
             self._gap_samples += lost
-            self.get_logger().warning(
-                f"audio/input: {missing_ns / 1e9:.2f} s missing before this block (by the "
-                "stamps): an utterance open ends there, the rest is a new one",
-                throttle_duration_sec=5.0,
-            )
+            self.get_logger().debug(f"audio/input: {missing_ns / 1e9:.2f} s missing by the stamps")
         self._enqueue(x, stamp or self.get_clock().now().nanoseconds, lost)
 
     def _enqueue(self, chunk: np.ndarray, stamp_ns: int, lost: int = 0) -> None:
