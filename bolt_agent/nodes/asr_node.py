@@ -349,6 +349,7 @@ class AsrNode(BoltLifecycleNode):
         self._dropped = 0  # samples lost (dropped, or missing by the stamps) since the last block
         self._dropped_total = self._skipped_total = 0  # (dropped on overflow; skipped by the VAD)
         self._gaps = StreamGaps()  # audio/input blocks missing by their stamps
+        self._owed: Listener | None = None  # transcriptions deactivation did not see finish
         self._gap_count = self._gap_samples = 0
         self._engine: AsrEngine | None = None
         self._mic: MicCapture | None = None
@@ -491,6 +492,7 @@ class AsrNode(BoltLifecycleNode):
                     f"transcriptions still running {_DRAIN_S:.0f} s into deactivation; they "
                     "finish in the background",
                 )
+                self._owed = listener  # (whisper must not be freed under them)
             self._whisper.shutdown(wait=False)
             self._whisper = None
         self._listener = None
@@ -502,9 +504,15 @@ class AsrNode(BoltLifecycleNode):
             self.destroy_publisher(pub)
         if self._audio_pub is not None:
             self.destroy_publisher(self._audio_pub)
-        if self._engine is not None:
+        owed, self._owed = self._owed, None
+        if owed is not None and not owed.drain(_DRAIN_S):
+            self.get_logger().warning(
+                "whisper is still transcribing what was owed at deactivation: the model stays "
+                "loaded (freeing it under a transcription would crash the process)"
+            )
+        elif self._engine is not None:
             self._engine.close()
-            self._engine = None
+        self._engine = None
 
     # --- audio in ----------------------------------------------------------------------------
     def _open_mic(self, rescan: bool) -> bool:
