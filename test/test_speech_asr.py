@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -59,6 +60,19 @@ def watch_asr_nodes(node, ns: str, prefixes: dict[str, str], names: tuple[str, .
             String, f"{ns}/{name}/status", lambda m, n=name: status.update({n: m.data}), qos.LATCHED
         )
     return seen, status
+
+
+@contextmanager
+def topic_asr(node_process, ns: str, *params: str):
+    """asr_node listening on audio/input (no partials) and a probe node watching it, ready for
+    audio: (the node's process, the probe, its executor, what it saw, the audio publisher)."""
+    proc = start_asr(node_process, ns, "audio_source:=topic", "partial_interval_s:=0.0", *params)
+    with ros_node("asr_probe") as (node, ex):
+        seen, status = watch_asr_nodes(node, ns, {"asr": "asr"}, ("asr_node",))
+        pub = node.create_publisher(AudioChunk, f"{ns}/audio/input", qos.AUDIO)
+        spin_until(ex, lambda: status, 60, "the ASR node's status")
+        spin_until(ex, lambda: pub.get_subscription_count() == 1, 10, "the audio subscriber")
+        yield proc, node, ex, seen, pub
 
 
 def secs(t) -> float:
@@ -288,15 +302,7 @@ def test_audio_that_stops_mid_sentence_still_gives_its_final(
     """A bag or publisher that stops while the user speaks: after `audio_stopped_s` without a
     block, the open utterance ends with what was heard (its words are not held until audio comes
     back, which may be never), and the node goes on listening."""
-    proc = start_asr(
-        node_process, unique_ns, "audio_source:=topic", "partial_interval_s:=0.0",
-        "audio_stopped_s:=1.0",
-    )  # fmt: skip
-    with ros_node("asr_probe") as (node, ex):
-        seen, status = watch_asr_nodes(node, unique_ns, {"asr": "asr"}, ("asr_node",))
-        pub = node.create_publisher(AudioChunk, f"{unique_ns}/audio/input", qos.AUDIO)
-        spin_until(ex, lambda: status, 60, "the ASR node's status")
-        spin_until(ex, lambda: pub.get_subscription_count() == 1, 10, "the audio subscriber")
+    with topic_asr(node_process, unique_ns, "audio_stopped_s:=1.0") as (proc, node, ex, seen, pub):
 
         def publish(pcm: np.ndarray) -> None:
             t0 = time.monotonic()
@@ -353,16 +359,8 @@ def test_audio_lost_mid_sentence_is_not_spliced_across_the_gap(node_process, uni
     speech = make_speech(
         tmp_path, ("I would like to buy a long sword, a round shield and a pair of leather boots.",)
     )
-    proc = start_asr(
-        node_process, unique_ns, "audio_source:=topic", "partial_interval_s:=0.0",
-        "max_queued_s:=0.3",
-    )  # fmt: skip
-    with ros_node("asr_probe") as (node, ex):
-        seen, status = watch_asr_nodes(node, unique_ns, {"asr": "asr"}, ("asr_node",))
+    with topic_asr(node_process, unique_ns, "max_queued_s:=0.3") as (proc, node, ex, seen, pub):
         diag = Diagnostics(node, unique_ns)
-        pub = node.create_publisher(AudioChunk, f"{unique_ns}/audio/input", qos.AUDIO)
-        spin_until(ex, lambda: status, 60, "the ASR node's status")
-        spin_until(ex, lambda: pub.get_subscription_count() == 1, 10, "the audio subscriber")
         pcm = float_to_int16(np.concatenate([speech.audio, np.zeros(32_000, np.float32)]))
         hole = speech.truth[0][0] + 20_000  # 1.25 s into the sentence: one second never sent
         big = len(pcm) - 8_000  # 2.7 s into the silence after it: 0.4 s in one block, dropped
