@@ -51,6 +51,8 @@ class FakeSink:
         self.audio: list[np.ndarray] = []
         self.progresses: dict = {}
         self.forgotten: list = []
+        self.dropped: list = []  # taken out unstarted (drop)
+        self.kept: list = []  # left queued by the last stop
         self.stops = 0
 
     def write(self, tag, audio) -> None:
@@ -65,9 +67,26 @@ class FakeSink:
         self.forgotten.append(tag)
         self.progresses.pop(tag, None)
 
-    def stop(self) -> StopReport:
+    def drop(self, tags) -> bool:
+        """As the real queue: segments not started leave it, all or none."""
+        if any(self.progresses.get(tag, (1, 1))[0] for tag in tags):
+            return False
+        for tag in tags:
+            self.progresses.pop(tag)
+            self.dropped.append(tag)
+        return True
+
+    def stop(self, keep=None) -> StopReport:
         self.stops += 1
+        # as the real queue: asked of every queued segment in order (started or not)
+        queued = [t for t in self.writes if t in self.progresses and not self._finished(t)]
+        asked = [t for t in queued if keep is not None and keep(t, self.progresses[t][0] > 0)]
+        self.kept = [t for t in asked if self.progresses[t][0] == 0]
         return StopReport(stop_s=0.002, last_audio_s=0.001, dropped_tags=1)
+
+    def _finished(self, tag) -> bool:
+        played, total = self.progresses[tag]
+        return total > 0 and played >= total
 
     # --- the test's side: the device clock --------------------------------------------------
     def play_words(self, tag, words: float) -> None:
@@ -687,43 +706,79 @@ def test_a_held_turn_released_after_a_stop_of_another_turn_plays_whole():
     assert sink.writes[-1].text == "Held one." and h.done.is_set() and h.outstanding == 0
 
 
-def test_the_next_turns_sentence_already_in_the_sink_is_said_again_after_a_stop():
-    """The synthesis thread writes the next sentence while one plays, so the next client's
-    turn is often in the sink when the playing turn is stopped: not yet started, it is said
-    again (its state back to speaking); once started, it was heard and is cut too."""
+def two_turns_in_the_sink(first: str, second: str, first_played: bool = False):
+    """Two turns' first sentences written to the sink (the synthesis thread writes the next
+    sentence while one plays): the first playing its first word and the second not started,
+    or (``first_played``) the first played to its end, its on_done not in yet, and the second
+    at its first word. Returns (speaker, synth, sink, events, turn 1, turn 2)."""
     speaker, synth, sink, events = make()
-    t1 = speaker.say("t1", "Mine here.", True)
-    t2 = speaker.say("t2", "Yours here. And more.", True)
+    t1 = speaker.say("t1", first, True)
+    t2 = speaker.say("t2", second, True)
     speaker.synthesize_next()
-    speaker.synthesize_next()  # t2's first sentence written behind t1's, not started
-    sink.play_words(sink.writes[0], 1)
+    speaker.synthesize_next()
+    if first_played:
+        sink.finish(sink.writes[0])
+    sink.play_words(sink.writes[1 if first_played else 0], 1)
+    return speaker, synth, sink, events, t1, t2
+
+
+def test_the_next_turns_sentence_already_in_the_sink_stays_there_after_a_stop():
+    """The next client's turn is often in the sink when the playing turn is stopped: not yet
+    started, it stays queued in the sink and plays next, in order (also with its next sentence
+    being synthesised when the stop comes). A turn before the stopped one that played to its
+    end is over, not cut."""
+    speaker, synth, sink, events, t1, t2 = two_turns_in_the_sink(
+        "Mine here.", "Yours here. And more."
+    )
     n = len(events)
-    assert speaker.stop("t1", reason="action cancelled").turn_id == "t1"
+    synth.during = lambda text: speaker.stop("t1", reason="action cancelled")
+    speaker.synthesize_next()  # t2's second sentence: the stop comes while it is synthesised
     assert t1.interrupted and t1.spoken == ["Mine"] and not t2.interrupted
-    assert of_type(events[n:], SpeechState) == [SpeechState("t1", False, "Mine", True)]
-    while speaker.synthesize_next():
-        pass
-    assert [w.text for w in sink.writes[2:]] == ["Yours here.", "And more."]
-    assert synth.texts == ["Mine here.", "Yours here.", "Yours here.", "And more."]  # again
-    assert of_type(events[n:], SpeechState)[-1] == SpeechState("t2", True, "", False)
-    for tag in sink.writes[2:]:
+    assert sink.kept == [sink.writes[1]] and sink.stops == 1
+    assert of_type(events[n:], SpeechState) == [
+        SpeechState("t1", False, "Mine", True),
+        SpeechState("t2", True, "", False),  # the sink plays t2 next: the latest state
+    ]
+    assert [w.text for w in sink.writes] == ["Mine here.", "Yours here.", "And more."]
+    assert synth.texts == ["Mine here.", "Yours here.", "And more."]  # nothing said twice
+    for tag in sink.writes[1:]:
         speaker.played(sink.finish(tag))
     assert t2.done.is_set() and t2.spoken == ["Yours here.", "And more."]
-    assert of_type(events, FirstAudio) == [FirstAudio("t1"), FirstAudio("t2")]  # once each
+    assert of_type(events, FirstAudio) == [FirstAudio("t1"), FirstAudio("t2")]
 
-    speaker, _, sink, events = make()  # t2 had started: heard, so cut with t1
-    t1 = speaker.say("t1", "Mine here.", True)
-    t2 = speaker.say("t2", "Yours here. And more.", True)
-    speaker.synthesize_next()
-    speaker.synthesize_next()
-    speaker.synthesize_next()  # t2's second sentence too
-    sink.finish(sink.writes[0])  # (t1's sentence has played; its on_done not in yet)
-    sink.play_words(sink.writes[1], 1)
+    # a turn before the stopped one played to its end (its on_done not in yet): it is over,
+    # not cut; the stopped one is
+    speaker, _, sink, events, before, mine = two_turns_in_the_sink("Before.", "Mine here.", True)
     n = len(events)
-    speaker.stop("t1")
-    assert t1.spoken == ["Mine here."] and t2.interrupted and t2.spoken == ["Yours"]
+    speaker.stop("t2")
+    assert before.done.is_set() and not before.interrupted and before.spoken == ["Before."]
+    assert mine.interrupted and mine.spoken == ["Mine"] and sink.stops == 1 and sink.kept == []
     assert of_type(events[n:], SpeechState) == [
-        SpeechState("t2", False, "Yours", True),
-        SpeechState("t1", False, "Mine here.", True),
+        SpeechState("t1", False, "Before.", False),
+        SpeechState("t2", True, "", False),  # (the end of t1 says who still speaks)
+        SpeechState("t2", False, "Mine", True),
     ]
+    assert speaker.played(sink.writes[0]) is False  # accounted for by the stop
     assert speaker.synthesize_next() is False
+
+
+def test_a_waiting_turn_already_in_the_sink_is_taken_out_and_the_playing_one_plays_on():
+    speaker, _, sink, events, t1, t2 = two_turns_in_the_sink("Playing now.", "Waiting here.")
+    n = len(events)
+    info = speaker.stop("t2", reason="action cancelled")
+    assert info == StopInfo("t2", "action cancelled", "")
+    assert sink.stops == 0 and sink.dropped == [sink.writes[1]]  # out of the sink, t1 untouched
+    assert t2.interrupted and t2.done.is_set() and not t1.interrupted
+    assert of_type(events[n:], SpeechState) == [
+        SpeechState("t2", False, "", True),
+        SpeechState("t1", True, "", False),
+    ]
+    assert speaker.played(sink.finish(sink.writes[0])) and t1.spoken == ["Playing now."]
+
+    # the named turn has played to its end (its on_done not in yet), the next one has started:
+    # nothing of t1 is left to stop, and t2 plays on
+    speaker, _, sink, events, t1, t2 = two_turns_in_the_sink("Mine here.", "Yours here.", True)
+    speaker.stop("t1")
+    assert sink.stops == 0 and t1.spoken == ["Mine here."] and not t2.interrupted
+    assert speaker.played(sink.writes[0]) is False  # accounted for by the stop
+    assert speaker.played(sink.finish(sink.writes[1])) and t2.spoken == ["Yours here."]

@@ -19,7 +19,7 @@ from bolt_agent.core.speech.audio_io import (
     select_device,
     to_mono,
 )
-from bolt_agent.core.speech.playback import PacedSink
+from bolt_agent.core.speech.playback import PacedSink, _SegmentQueue
 from bolt_agent.core.speech.tts_engine import split_sentences, spoken_prefix
 from bolt_agent.core.speech.vad_segmenter import (
     WINDOW,
@@ -354,3 +354,25 @@ def test_player_counts_underflows_and_those_right_after_real_audio():
     player._callback(out, 160, None, dry)  # dry right after speech: may be heard
     player._callback(out, 160, None, dry)  # the block before was silence
     assert (player.underflows, player.underflows_playing) == (3, 1)
+
+
+def test_segment_queue_drops_unstarted_segments_and_keeps_what_a_stop_is_told_to():
+    """The sink side of a stop that names one turn: segments not started leave the queue all or
+    none (``drop``), and a stop keeps the unstarted ones its ``keep`` accepts, asking about
+    every segment in play order with whether it has started."""
+    done: list = []
+    q = _SegmentQueue(done.append)
+    for tag in ("a", "b", "c", "d"):
+        q.add(tag, np.full(100, 1, np.int16), 100)
+    out = np.zeros(60, np.int16)
+    assert q.fill(out) and q.progress("a") == (60, 100)  # "a" has started
+    assert not q.drop({"a", "b"})  # one of them started: none is taken
+    assert not q.drop({"b", "x"})  # one is not queued: none is taken
+    assert q.drop({"b"}) and q.progress("b") == (0, 0)
+    asked: list = []
+    dropped = q.clear(keep=lambda tag, started: asked.append((tag, started)) or tag != "c")
+    assert asked == [("a", True), ("c", False), ("d", False)]
+    assert dropped == 2  # "a" (started, never kept) and "c"
+    out = np.zeros(200, np.int16)
+    q.fill(out)
+    assert done == ["d"] and int(out[:100].sum()) == 100 and not out[100:].any()

@@ -96,11 +96,27 @@ class _SegmentQueue:
         played, total = self.progress(tag)
         return total > 0 and played >= total
 
-    def clear(self) -> int:
+    def clear(self, keep: Callable[[Hashable, bool], bool] | None = None) -> int:
+        """Drop the queued segments, except those not started that ``keep(tag, started)``
+        accepts (asked of every segment in play order, so it can tell a turn already heard);
+        they play next, in order. Returns how many were dropped."""
         with self._lock:
             n = len(self._q)
-            self._q.clear()
-            return n
+            kept = [s for s in self._q if keep is not None and keep(s.tag, s.played > 0)]
+            self._q = deque(s for s in kept if not s.played)
+            return n - len(self._q)
+
+    def drop(self, tags: set[Hashable]) -> bool:
+        """Take the segments of ``tags`` out of the queue, all or none: none is taken when one
+        of them has started playing or is not queued (finished). True when all were taken."""
+        with self._lock:
+            found = [s for s in self._q if s.tag in tags]
+            if len(found) != len(tags) or any(s.played for s in found):
+                return False
+            self._q = deque(s for s in self._q if s.tag not in tags)
+            for tag in tags:
+                self._progress.pop(tag, None)
+            return True
 
     def forget(self, tag: Hashable) -> None:
         with self._lock:
@@ -259,12 +275,18 @@ class Player:
     def forget(self, tag: Hashable) -> None:
         self._queue.forget(tag)
 
-    def stop(self) -> StopReport:
+    def drop(self, tags: set[Hashable]) -> bool:
+        """Take segments that have not started out of the queue (all or none): what plays is
+        not touched."""
+        return self._queue.drop(tags)
+
+    def stop(self, keep: Callable[[Hashable, bool], bool] | None = None) -> StopReport:
         """Silence now: the callback writes zeros from its next block, the stream is aborted
-        (buffered audio dropped) and restarted empty."""
+        (buffered audio dropped) and restarted, empty but for the segments not started that
+        ``keep`` accepts (``_SegmentQueue.clear``)."""
         t0 = time.monotonic()
         self._halt = True
-        dropped = self._queue.clear()
+        dropped = self._queue.clear(keep)
         if self._stream is not None:
             self._stream.abort()
         t1 = time.monotonic()
@@ -365,10 +387,13 @@ class PacedSink:
     def forget(self, tag: Hashable) -> None:
         self._queue.forget(tag)
 
-    def stop(self) -> StopReport:
+    def drop(self, tags: set[Hashable]) -> bool:
+        return self._queue.drop(tags)
+
+    def stop(self, keep: Callable[[Hashable, bool], bool] | None = None) -> StopReport:
         t0 = time.monotonic()
         with self._lock:
-            dropped = self._queue.clear()
+            dropped = self._queue.clear(keep)
         return StopReport(time.monotonic() - t0, max(0.0, self._last_audio_t - t0), dropped)
 
     def close(self) -> None:

@@ -8,11 +8,11 @@ the caller hands it to ``played`` (from a thread of its own: ``on_done`` runs in
 callback). ``stop`` bumps a generation counter stamped on every queued sentence, so whatever of
 the stopped turns was queued or being synthesised is never played, and reports exactly what was
 heard: the whole sentences, then the words of the cut one in proportion to the samples played.
-A stop of everything ends every turn. A stop that names a turn ends that turn only: one still
-waiting leaves the queue and the sink plays on; for one that plays, the sink stops as a whole,
-so a turn that had audio out with it is cut too, while the turns behind it go on: those still
-queued are stamped with the new generation, and a sentence the sink held but had not started
-is said again (a cancelled Speak goal ends its own speech, not the next client's).
+A stop of everything ends every turn. A stop that names a turn ends that turn only (a
+cancelled Speak goal ends its own speech, not another client's): one not heard yet leaves the
+queue, and the sink if its sentence is there unstarted (``drop``), while the sink plays on; one
+that plays stops the sink but for the sentences of turns not heard yet (``stop(keep=…)``), and
+the turns behind it go on, stamped with the new generation.
 
 **Held turns** (a preemptive answer, started before the user's turn was confirmed over):
 ``say(…, held=True)`` synthesises the sentences at once but keeps their audio; ``release``
@@ -72,7 +72,11 @@ class AudioSink(Protocol):
 
     def forget(self, tag: Hashable) -> None: ...
 
-    def stop(self) -> Any: ...  # a StopReport (stop_s, last_audio_s)
+    def drop(self, tags: set[Hashable]) -> bool: ...  # unstarted segments out, all or none
+
+    # a StopReport (stop_s, last_audio_s); ``keep(tag, started)`` is asked of every queued
+    # segment in order, and the unstarted ones it accepts stay queued
+    def stop(self, keep: Callable[[Hashable, bool], bool] | None = None) -> Any: ...
 
 
 # --- state shared with the caller ------------------------------------------------------------
@@ -348,7 +352,7 @@ class Speaker:
             turn.outstanding -= 1
             self._finish_if_idle(turn)
             return
-        switched, self._current = turn is not self._current, turn
+        self._current = turn
         self._playing.append(item)
         if not turn.first_audio and self.lead_keep is not None:
             audio = trim_leading_silence(audio, self.lead_keep)
@@ -356,8 +360,6 @@ class Speaker:
         if not turn.first_audio:
             turn.first_audio = True
             self._emit(FirstAudio(turn.turn_id))
-            self._emit(SpeechState.of(turn))
-        elif switched:  # back on the sink after another turn (said again after a stop)
             self._emit(SpeechState.of(turn))
 
     # --- held turns --------------------------------------------------------------------------
@@ -414,15 +416,18 @@ class Speaker:
         with self._lock:
             if item.gen != self._gen or item not in self._playing:
                 return False  # stopped meanwhile: the stop reported it
-            self._playing.remove(item)
-            if self._sink is not None:
-                self._sink.forget(item)
-            item.turn.spoken.append(item.text)
-            item.turn.outstanding -= 1
-            done = self._finish_if_idle(item.turn)
-            if not done:
-                self._emit(SpeechState.of(item.turn))
-            return done and item.turn.last_received
+            return self._played(item)
+
+    def _played(self, item: Sentence) -> bool:
+        self._playing.remove(item)
+        if self._sink is not None:
+            self._sink.forget(item)
+        item.turn.spoken.append(item.text)
+        item.turn.outstanding -= 1
+        done = self._finish_if_idle(item.turn)
+        if not done:
+            self._emit(SpeechState.of(item.turn))
+        return done and item.turn.last_received
 
     def _finish_if_idle(self, turn: Turn) -> bool:
         if turn.outstanding > 0 or turn.held:
@@ -446,12 +451,11 @@ class Speaker:
         return next((t for t in audible if SpeechState.of(t).speaking), None)
 
     def stop(self, turn_id: str = "", reason: str = "stop request") -> StopInfo | None:
-        """Stop everything (``turn_id`` empty), or the turn ``turn_id`` only: one that waits
-        is taken out of the queue while the playing turn plays on; one that plays is cut, with
-        any other turn whose audio had started (a sink stops as a whole), and the turns behind
-        it go on (what the sink held of them unstarted is said again). Every turn cut gets its
-        interrupted state, the reported one last. Returns what was said, or None if nothing was
-        playing or queued."""
+        """Stop everything (``turn_id`` empty), or the turn ``turn_id`` only: one not heard yet
+        (queued, or in the sink but not started) is taken out while the playing turn plays on;
+        one that plays is cut, and the turns behind it go on (what the sink holds of them stays
+        there, in order). Every turn cut gets its interrupted state, the reported one last.
+        Returns what was said, or None if nothing was playing or queued."""
         with self._lock:
             held = [t.turn_id for t in self._turns.values() if t.held]
             for held_id in held:  # nobody heard a held turn: it goes without an interruption
@@ -464,7 +468,7 @@ class Speaker:
                     self.discard(held_id)
             if turn_id and turn_id in held:
                 return None
-            current = self._current
+            current, sink = self._current, self._sink
             # (a held turn left is not busy: it is not playing, and it stays held)
             busy = [t for t in self._turns.values() if t.outstanding > 0 and not t.held]
             named = None
@@ -475,40 +479,36 @@ class Speaker:
                 if named is None or named.done.is_set() or named.outstanding == 0:
                     return None
                 current = named
-                if all(item.turn is not named for item in self._playing):
+                if sink is not None:  # other turns' sentences played to their end: as played()
+                    for item in [i for i in self._playing if i.turn is not named]:
+                        played, total = sink.progress(item)
+                        if total and played >= total:
+                            self._played(item)
+                if self._take_unheard(named):
                     return self._stop_waiting(named, reason)
+                busy = [t for t in busy if t.outstanding > 0]
             if not busy:
                 return None
             old, self._gen = self._gen, self._gen + 1
-            sink = self._sink
-            report = sink.stop() if sink is not None and sink.is_open else None
-            again: list[Sentence] = []  # other turns' sentences the sink held, not yet started
-            if named is not None:
-                heard: set[int] = set()  # turns with audio out (in play order)
-                for item in self._playing:
-                    played = sink.progress(item)[0] if sink is not None else 0
-                    if item.turn is not named and not played and id(item.turn) not in heard:
-                        again.append(Sentence(item.turn, item.text, self._gen))
-                    else:
-                        heard.add(id(item.turn))
-                busy = [t for t in busy if id(t) in heard]
+            if named is None:
+                report = sink.stop() if sink is not None and sink.is_open else None
+                kept: list[Sentence] = []
+            else:  # the sentences the sink holds of turns not heard yet play on after it
+                report, kept = self._stop_sink_keeping_unheard(named)
+                cut_ids = {id(item.turn) for item in self._playing if item not in kept}
+                busy = [t for t in busy if t is named or id(t) in cut_ids]
             cut = {id(t) for t in busy}
-            # what goes on: held turns and, for a stop naming a turn, the turns queued behind it
-            # (the sink's unstarted sentences of those said again first); stamped with the new
-            # generation only if they had the old one (a sentence a stop ended stays ended)
+            # what goes on: held turns and, for a stop naming a turn, the turns behind it, stamped
+            # with the new generation if they had the old one (a sentence a stop ended stays so)
             self._queue = deque(q for q in self._queue if q.turn.held or id(q.turn) not in cut)
-            going_on = list(self._queue)
+            going_on = [*kept, *self._queue]
             if self._synthesizing is not None and id(self._synthesizing.turn) not in cut:
                 going_on.append(self._synthesizing)
             for item in going_on:
                 if item.gen == old:
                     item.gen = self._gen
-            self._queue.extendleft(reversed(again))
-            if again:  # (their turn is back on the sink with them: its state says so again)
-                self._current = named
-                self._ready.notify()
             for item in self._playing:  # in play order: whole sentences, then the cut one
-                if id(item.turn) not in cut:
+                if item in kept:
                     continue
                 played, total = sink.progress(item) if sink is not None else (0, 1)
                 if total and played >= total:
@@ -520,8 +520,9 @@ class Speaker:
                 break
             if sink is not None:
                 for item in self._playing:
-                    sink.forget(item)
-            self._playing.clear()
+                    if item not in kept:
+                        sink.forget(item)
+            self._playing = kept
             for turn in busy:
                 turn.outstanding, turn.interrupted, turn.last_received = 0, True, True
                 turn.done.set()
@@ -530,6 +531,9 @@ class Speaker:
                 if turn is not shown:
                     self._emit(SpeechState.of(turn))
             self._emit(SpeechState.of(shown))
+            if kept:  # the turn the sink plays next: speaking, as the latest state
+                self._current = kept[-1].turn
+                self._emit(SpeechState.of(kept[0].turn))
             info = StopInfo(shown.turn_id, reason, shown.spoken_text)
             if report is not None:
                 info = StopInfo(
@@ -541,6 +545,52 @@ class Speaker:
                 )
             self._emit(Stopped(info))
             return info
+
+    def _stop_sink_keeping_unheard(self, named: Turn) -> tuple[Any, list[Sentence]]:
+        """Stop the sink (the lock held) but for the sentences of turns nothing of which has
+        been heard: (the stop report or None, those sentences in play order). The sink asks
+        about every queued segment under its own lock, so one that starts meanwhile counts."""
+        sink = self._sink
+        if sink is None or not sink.is_open:
+            return None, []
+        heard = {id(named)} | {id(i.turn) for i in self._playing if sink.progress(i)[0]}
+        playing = {id(item): item for item in self._playing}
+        kept: list[Sentence] = []
+
+        def keep(tag: Hashable, started: bool) -> bool:
+            item = playing.get(id(tag))
+            if item is None:
+                return False
+            if started:
+                heard.add(id(item.turn))
+            if id(item.turn) in heard:
+                return False
+            kept.append(item)
+            return True
+
+        return sink.stop(keep=keep), kept
+
+    def _take_unheard(self, turn: Turn) -> bool:
+        """Take ``turn``'s sentences out of the sink if none has started (the lock held): those
+        it already played to their end join its spoken text. False when one plays or played
+        partly (it was heard: the sink must stop)."""
+        mine = [item for item in self._playing if item.turn is turn]
+        sink = self._sink
+        if not mine:
+            return True
+        if sink is None:
+            return False
+        progress = {id(item): sink.progress(item) for item in mine}
+        done = {id(item) for item in mine if 0 < progress[id(item)][1] <= progress[id(item)][0]}
+        waiting = {item for item in mine if id(item) not in done}
+        if waiting and not sink.drop(waiting):
+            return False
+        for item in mine:
+            if id(item) in done:
+                turn.spoken.append(item.text)
+            self._playing.remove(item)
+            sink.forget(item)
+        return True
 
     def _stop_waiting(self, turn: Turn, reason: str) -> StopInfo:
         """Stop a turn none of whose audio is in the sink (the lock held): its sentences leave
