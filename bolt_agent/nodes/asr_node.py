@@ -293,7 +293,7 @@ class AsrParams:
     )
     audio_gap_ms: float = param(
         250.0,
-        "audio/input: a block stamped this much later than where the previous one ended means "
+        "audio/input: a block stamped more than this after where the previous one ended means "
         "audio was lost on the way; an utterance open ends there (ended_by_audio_lost) instead "
         "of joining the words around the gap (0 = never: for publishers whose stamps jitter)",
         low=0.0,
@@ -452,6 +452,9 @@ class AsrNode(BoltLifecycleNode):
     def activate(self) -> TransitionCallbackReturn:
         assert self._engine is not None
         p = self.params
+        owed, self._owed = self._owed, None  # one transcription at a time on the engine
+        if owed is not None and not owed.drain(_DRAIN_S):
+            self.record_failure("activate", "whisper still busy with the last activation's finals")
         self._q, self._queued, self._dropped = queue.Queue(), 0, 0
         self._gaps.reset()
         self._whisper = ThreadPoolExecutor(1, thread_name_prefix="asr-whisper")
@@ -498,14 +501,16 @@ class AsrNode(BoltLifecycleNode):
         self._listener = None
 
     def cleanup(self) -> None:
+        # first the transcriptions deactivation left running: their finals still go out
+        owed, self._owed = self._owed, None
+        whisper_busy = owed is not None and not owed.drain(_DRAIN_S)
         for sub in self._subs:
             self.destroy_subscription(sub)
         for pub in (self._va_pub, self._text_pub, self._metrics_pub):
             self.destroy_publisher(pub)
         if self._audio_pub is not None:
             self.destroy_publisher(self._audio_pub)
-        owed, self._owed = self._owed, None
-        if owed is not None and not owed.drain(_DRAIN_S):
+        if whisper_busy:
             self.get_logger().warning(
                 "whisper is still transcribing what was owed at deactivation: the model stays "
                 "loaded (freeing it under a transcription would crash the process)"

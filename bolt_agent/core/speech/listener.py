@@ -57,7 +57,6 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent import futures
-from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -225,8 +224,8 @@ class JobRunner(Protocol):
 class InlineRunner:
     """Runs each job at once, inside ``submit`` (tests, offline use)."""
 
-    def submit(self, fn: Callable[[], None]) -> Future:
-        future: Future = Future()
+    def submit(self, fn: Callable[[], None]) -> futures.Future:
+        future: futures.Future = futures.Future()
         future.set_result(fn())
         return future
 
