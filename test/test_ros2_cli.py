@@ -544,15 +544,26 @@ def test_lifecycle_pause_resume_and_a_prompt_answered_on_speech_say(ns_stack):
 
 
 def test_action_send_goal_plays_an_animation(ns_stack):
+    """`ros2 action send_goal` has no timeout of its own (ros2/ros2cli#1065): when the goal's
+    response is lost between a just-discovered client and the server (a fresh-clone run waited
+    60 s after "Sending goal:" while every other test passed), it waits forever. The
+    command is then run once more, with a warning: what is tested is the server's answer."""
     since = len(ns_stack.probe.commands)
-    run = ros2(
+    args = (
         "action",
         "send_goal",
         f"/{ns_stack.ns}/animation/play",
         "bolt_agent_interfaces/action/PlayAnimation",
         "{name: happy_nod, source: teleop}",
-        timeout=60,
     )
+    try:
+        run = ros2(*args, timeout=45)
+    except subprocess.TimeoutExpired as exc:
+        output = exc.output.decode() if isinstance(exc.output, bytes) else exc.output
+        warnings.warn(
+            f"ros2 action send_goal hung; sent again. It had said: {output}", stacklevel=1
+        )
+        run = ros2(*args, timeout=60)
     assert "Goal finished with status: SUCCEEDED" in run.stdout, run.stdout + run.stderr
     assert "success: true" in run.stdout
     assert len(ns_stack.probe.commands) > since
