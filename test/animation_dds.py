@@ -6,12 +6,12 @@ import json
 import time
 from dataclasses import dataclass, field
 
-from rclpy.action import ActionClient
 from rclpy.event_handler import PublisherEventCallbacks
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, String
 
+from bolt_agent.nodes.action_client import ActionClient
 from bolt_agent_interfaces.action import PlayAnimation
 from ros_helpers import spin_until
 

@@ -33,10 +33,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from rclpy.action import ActionClient
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, String
 
+from bolt_agent.nodes.action_client import ActionClient
 from bolt_agent.nodes.base import descriptor, parameter_fields
 from bolt_agent.nodes.llm_params import LlmParams
 from bolt_agent.nodes.qos import AUDIO, LATCHED, RELIABLE

@@ -22,12 +22,12 @@ import threading
 from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
-from rclpy.action import ActionClient
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 
 from bolt_agent.core.llm.turn_runner import ToolResult
 from bolt_agent.core.tools.registry import Tool, ToolRegistry
+from bolt_agent.nodes.action_client import ActionClient
 from bolt_agent_interfaces.action import ExecuteTool, PlayAnimation
 
 _ACTION_TYPES = {"play_animation": PlayAnimation, "execute_tool": ExecuteTool}
