@@ -434,14 +434,18 @@ class Speaker:
             return False
         if turn.last_received:
             turn.done.set()
-        self._emit(SpeechState.of(turn))  # speaking=False: nothing of this turn is left to play
-        # another turn still speaking (this one had nothing left, or was cut short): its state
-        # again, last, so whoever keeps only the latest state (the ASR's echo gate) does not
-        # take this one for the robot falling silent
+        self._report_quiet(turn)  # speaking=False: nothing of this turn is left to play
+        return True
+
+    def _report_quiet(self, turn: Turn) -> None:
+        """The state of ``turn``, which has nothing left to play; then, if another turn still
+        speaks (this one had nothing left, or was cut short), that one's state again, last, so
+        whoever keeps only the latest state (the ASR's echo gate) does not take this one for the
+        robot falling silent."""
+        self._emit(SpeechState.of(turn))
         other = self._speaking_turn()
         if other is not None and other is not turn:
             self._emit(SpeechState.of(other))
-        return True
 
     def _speaking_turn(self) -> Turn | None:
         """The turn whose audio plays (the current one first), None when the robot is quiet
@@ -600,10 +604,7 @@ class Speaker:
             self._synthesizing.gen = -1  # never current again
         turn.outstanding, turn.interrupted, turn.last_received = 0, True, True
         turn.done.set()
-        self._emit(SpeechState.of(turn))
-        other = self._speaking_turn()  # the robot still speaks: that state stays the last one
-        if other is not None:
-            self._emit(SpeechState.of(other))
+        self._report_quiet(turn)  # the robot still speaks: that state stays the last one
         info = StopInfo(turn.turn_id, reason, turn.spoken_text)
         self._emit(Stopped(info))
         return info
