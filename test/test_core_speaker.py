@@ -455,6 +455,20 @@ def test_a_discarded_held_turn_is_never_heard_nor_reported_as_interrupted():
     assert [w.text for w in sink.writes] == ["Sure."]
 
 
+def test_a_held_turn_discarded_while_its_sentence_is_synthesised_keeps_nothing_of_it():
+    speaker, synth, sink, events = make()
+    turn = speaker.say("t1", "Hello there.", False, held=True)
+    synth.during = lambda text: speaker.discard("t1")
+    assert speaker.synthesize_next() is True
+    assert turn.held_audio == [] and turn.done.is_set()  # the audio went nowhere
+    assert of_type(events, Discarded) == [Discarded("t1", 1)]
+    synth.during = None
+    speaker.say("t1", "Sure.", False, held=True)  # the next preemptive answer of the utterance
+    speaker.synthesize_next()
+    speaker.say("t1", "", True)
+    assert [w.text for w in sink.writes] == ["Sure."]
+
+
 def test_tts_stop_naming_a_held_turn_discards_it_and_a_release_of_nothing_is_refused():
     speaker, _, sink, events = make()
     assert not speaker.release("t1") and not speaker.discard("t1")  # no such held turn

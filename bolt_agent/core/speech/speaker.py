@@ -385,9 +385,11 @@ class Speaker:
         """Whether ``item`` is still to be said: queued since the last stop, or a held turn's
         (a stop naming another turn leaves a held turn as it is; one that discards it removes
         it from the queue and ends it)."""
+        if item.turn.held and item.turn.done.is_set():
+            return False  # discarded (a discard leaves the generation as it is)
         if item.gen == self._gen:
             return True
-        if item.turn.held and not item.turn.done.is_set():
+        if item.turn.held:
             item.gen = self._gen
             return True
         return False
