@@ -12,6 +12,7 @@ from bolt_agent.core.speech.asr_engine import combine_segments
 from bolt_agent.core.speech.audio_io import (
     DeviceInfo,
     DeviceNotFoundError,
+    RateResamplers,
     StreamResampler,
     float_to_int16,
     int16_to_float,
@@ -202,6 +203,23 @@ def test_stream_resampler_matches_one_shot(sizes):
     assert abs(len(got) - len(want)) <= 2
     n = min(len(got), len(want))
     assert np.allclose(got[:n], want[:n], atol=2e-3)
+
+
+def test_rate_resamplers_keep_state_per_rate_and_start_afresh_after_a_gap():
+    tone = np.sin(np.arange(4800) * 0.3).astype(np.float32)  # 0.1 s at 48 kHz
+    quiet = np.zeros(4800, np.float32)
+    resamplers = RateResamplers(16000)
+    resamplers.process(tone, 48000)
+    went_on = resamplers.process(quiet, 48000)  # the filter's delay: the tone's tail comes out
+    assert float(np.abs(went_on).max()) > 0.1
+    resamplers.process(tone, 48000)
+    after_gap = resamplers.process(quiet, 48000, gap=True)  # nothing of before the gap
+    assert np.array_equal(after_gap, StreamResampler(48000, 16000).process(quiet))
+    assert float(np.abs(after_gap).max()) == 0.0
+    assert np.array_equal(resamplers.process(tone[:100], 16000), tone[:100])  # no resampling
+    for rate in (8000, 11025, 22050, 32000, 44100):  # a rate changing every block: bounded
+        resamplers.process(tone, rate)
+    assert len(resamplers._by_rate) <= resamplers.max_rates
 
 
 def test_resample_keeps_pitch_and_sample_conversion_round_trips():

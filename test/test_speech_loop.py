@@ -3,14 +3,20 @@ node (another process) records `robot_speaker.monitor` and must hear what was sa
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
+import signal
+import time
 
 import pytest
 from std_msgs.msg import String
+from test_diagnostics import Diagnostics
 
 from audio_fixtures import pulse, wer  # noqa: F401 - fixture
+from bolt_agent.core.speech.listener import StreamGaps
 from bolt_agent.nodes import qos
-from bolt_agent_interfaces.msg import SpokenText, Transcript, TtsState, TurnMetrics
+from bolt_agent_interfaces.msg import AudioChunk, SpokenText, Transcript, TtsState, TurnMetrics
 from ros_helpers import ros_node, spin_until, wait_for_subscriber
 
 SENTENCE = "Hello there, let me check the back room for you."
@@ -76,4 +82,92 @@ def test_tts_to_asr_through_pulseaudio(node_process, unique_ns, pulse):  # noqa:
         tts_m.first_audio.sec,
         tts_m.first_audio.nanosec,
     )
+    assert tts.alive() and asr.alive()
+
+
+@pytest.mark.slow
+def test_a_stalled_asr_process_publishes_its_microphone_audio_without_a_gap(
+    node_process,
+    unique_ns,
+    pulse,  # noqa: F811
+):
+    """The ASR process is stopped for 0.6 s while the robot speaks (a machine too busy to run
+    it): PulseAudio keeps the audio, and the backlog comes at once when it runs again. The
+    blocks `publish_audio` puts on audio/input are stamped by the microphone's sample clock, so
+    they go on where they left off and a bag of them replays without a gap (stamped by their
+    arrival, as before, the first block after the stall came 0.6 s after where the one before
+    ended: lost audio to the ASR that replays it); and the sentence is heard whole."""
+    ros = ["--ros-args", "-r", f"__ns:={unique_ns}"]
+    tts = node_process(
+        "-m", "bolt_agent.nodes.tts_node", *ros, env=pulse.env(sink="robot_speaker"), name="tts"
+    )
+    asr = node_process(
+        "-m",
+        "bolt_agent.nodes.asr_node",
+        *ros,
+        "-p",
+        "echo_mode:=off",
+        "-p",
+        "publish_audio:=true",
+        env=pulse.env(source="robot_speaker.monitor"),
+        name="asr",
+    )
+    with ros_node("mic_probe") as (node, ex):
+        status: dict[str, dict] = {}
+
+        def on_status(msg: String) -> None:
+            data = json.loads(msg.data)
+            status[data["node"]] = data
+
+        for name in ("tts_node", "asr_node"):
+            node.create_subscription(String, f"{unique_ns}/{name}/status", on_status, qos.LATCHED)
+        blocks: list[tuple[int, int, float]] = []  # (stamp ns, samples, arrival)
+
+        def on_audio(msg: AudioChunk) -> None:
+            stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+            blocks.append((stamp, len(msg.samples), time.monotonic()))
+
+        node.create_subscription(AudioChunk, f"{unique_ns}/audio/input", on_audio, qos.AUDIO)
+        finals: list[Transcript] = []
+        node.create_subscription(
+            Transcript,
+            f"{unique_ns}/asr/transcript",
+            lambda m: finals.append(m) if m.is_final else None,
+            50,
+        )
+        states: list[TtsState] = []
+        node.create_subscription(TtsState, f"{unique_ns}/tts/state", states.append, qos.LATCHED)
+        say = node.create_publisher(SpokenText, f"{unique_ns}/speech/say", qos.RELIABLE)
+        diag = Diagnostics(node, unique_ns)
+
+        def ready() -> bool:
+            return all(status.get(n, {}).get("level") == "OK" for n in ("tts_node", "asr_node"))
+
+        try:
+            spin_until(ex, ready, 60, "both nodes' devices")
+            spin_until(ex, lambda: len(blocks) >= 50, 10, "microphone blocks on audio/input")
+            wait_for_subscriber(ex, say)
+            say.publish(SpokenText(turn_id="stall", seq=0, text=SENTENCE, is_last_in_turn=True))
+            spin_until(ex, lambda: any(s.speaking for s in states), 20, "the robot speaking")
+            t = time.monotonic()
+            spin_until(ex, lambda: time.monotonic() - t >= 0.6, 5, "0.6 s of speech")
+            os.kill(asr.proc.pid, signal.SIGSTOP)
+            time.sleep(0.6)
+            os.kill(asr.proc.pid, signal.SIGCONT)
+            spin_until(ex, lambda: bool(finals), 45, "a final transcript")
+            spin_until(ex, lambda: states[-1].spoken_text == SENTENCE, 10, "tts done")
+            _, _, values = diag.wait(ex, "asr_node", lambda *_: True, 10, [asr])
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{status}\n{tts.log()}\n{asr.log()}") from None
+
+    stall = max(b[2] - a[2] for a, b in itertools.pairwise(blocks))
+    assert stall >= 0.5, f"the process was not stopped long enough: {stall:.2f} s"
+    gaps = StreamGaps(tolerance_ns=50_000_000)
+    missing = [g for stamp, n, _ in blocks if (g := gaps.block(stamp, n * 62_500))]
+    assert missing == [], f"audio/input stamps jump by {missing} ns; diagnostics {values}"
+    first, last = blocks[0], blocks[-1]
+    heard_s = (last[0] + last[1] * 62_500 - first[0]) / 1e9  # the stamps' span: nothing lost
+    assert heard_s == pytest.approx(last[2] - first[2], abs=0.25)
+    assert values["input_errors"] == "0" and values["audio_gaps"] == "0", values
+    assert wer(SENTENCE, finals[0].text) <= 0.1, finals[0].text
     assert tts.alive() and asr.alive()

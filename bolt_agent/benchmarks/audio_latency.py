@@ -67,7 +67,7 @@ def listen(block_ms: int) -> int:
 
     state = {"armed": False, "hit": 0.0}
 
-    def on_audio(x: np.ndarray, _t: float) -> None:
+    def on_audio(x: np.ndarray, _stamp_ns: int, _lost_ns: int) -> None:
         if state["armed"] and len(x) and float(np.abs(x).max()) > BURST_LEVEL:
             state["hit"], state["armed"] = time.time(), False
 

@@ -37,7 +37,7 @@ from bolt_agent.core.speech.audio_io import (
     DeviceError,
     DeviceNotFoundError,
     MicCapture,
-    StreamResampler,
+    RateResamplers,
     describe_devices,
     float_to_int16,
     int16_to_float,
@@ -294,8 +294,9 @@ class AsrParams:
     audio_gap_ms: float = param(
         250.0,
         "audio/input: a block stamped more than this after where the previous one ended means "
-        "audio was lost on the way; an utterance open ends there (ended_by_audio_lost) instead "
-        "of joining the words around the gap (0 = never: for publishers whose stamps jitter)",
+        "audio was lost on the way (device: more than this lost by the input's sample clock); "
+        "an utterance open ends there (ended_by_audio_lost) instead of joining the words around "
+        "the gap (0 = never: for publishers whose stamps jitter)",
         low=0.0,
         high=60_000.0,
     )
@@ -356,7 +357,7 @@ class AsrNode(BoltLifecycleNode):
         self._worker: threading.Thread | None = None
         self._whisper: ThreadPoolExecutor | None = None  # one thread: jobs run in order
         self._listener: Listener | None = None
-        self._resamplers: dict[int, StreamResampler] = {}
+        self._resamplers = RateResamplers(SAMPLE_RATE)
         self._robot_speaking = False  # the latest tts/state (latched: may come before activate)
         self._ended_by: dict[str, int] = {}  # silence | hint | text | audio_stopped | ...
         self._resumed = 0  # utterances resumed after a speculative end
@@ -470,7 +471,7 @@ class AsrNode(BoltLifecycleNode):
         self._worker = threading.Thread(target=self._work, name="asr-vad", daemon=True)
         self._worker.start()
         if p.audio_source == "device":
-            self._mic = MicCapture(p.device, self._on_mic, SAMPLE_RATE, p.block_ms)
+            self._mic = MicCapture(p.device, self._on_mic, SAMPLE_RATE, p.block_ms, self._clock_ns)
             attempts = itertools.count()
             self.retry_until(lambda: self._open_mic(rescan=next(attempts) > 0), p.retry_s)
         else:
@@ -541,9 +542,25 @@ class AsrNode(BoltLifecycleNode):
         self.status("OK", info)
         return True
 
-    def _on_mic(self, chunk: np.ndarray, _t: float) -> None:
-        end_ns = self.get_clock().now().nanoseconds
-        self._enqueue(chunk, end_ns - len(chunk) * 1_000_000_000 // SAMPLE_RATE)
+    def _clock_ns(self) -> int:
+        return self.get_clock().now().nanoseconds
+
+    def _on_mic(self, chunk: np.ndarray, stamp_ns: int, lost_ns: int) -> None:
+        """A microphone block, stamped by the device's sample clock (a stalled callback's
+        backlog stays contiguous, also in a bag of ``publish_audio``); audio the device lost is
+        treated as on audio/input: more than ``audio_gap_ms`` ends the open utterance."""
+        self._enqueue(chunk, stamp_ns, self._lost_samples(lost_ns, "the input device"))
+
+    def _lost_samples(self, missing_ns: int, where: str) -> int:
+        """Samples to skip for ``missing_ns`` of missing audio (0 up to ``audio_gap_ms``)."""
+        tolerance = int(self.params.audio_gap_ms * 1e6)
+        if not tolerance or missing_ns <= tolerance:
+            return 0
+        lost = missing_ns * SAMPLE_RATE // 1_000_000_000
+        self._gap_count += 1
+        self._gap_samples += lost
+        self.get_logger().debug(f"{where}: {missing_ns / 1e9:.2f} s of audio missing")
+        return lost
 
     def _on_audio_msg(self, msg: AudioChunk) -> None:
         try:
@@ -565,23 +582,14 @@ class AsrNode(BoltLifecycleNode):
             return
         x = to_mono(int16_to_float(np.asarray(msg.samples, dtype=np.int16)), msg.channels)
         rate = int(msg.sample_rate) or SAMPLE_RATE
-        if rate != SAMPLE_RATE:
-            resampler = self._resamplers.get(rate)
-            if resampler is None:  # (not setdefault: it would build a resampler every block)
-                if len(self._resamplers) >= 4:
-                    self._resamplers.clear()  # a rate changing every block: bounded state
-                resampler = self._resamplers[rate] = StreamResampler(rate, SAMPLE_RATE)
-            x = resampler.process(x)
         stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
         frames = len(msg.samples) // max(1, msg.channels)
         self._gaps.tolerance_ns = int(self.params.audio_gap_ms * 1e6) or None
+        # a block lost on the way (best effort), or a publisher that paused (the two look
+        # alike; an utterance it cuts is logged as such: ended_by audio_lost)
         missing_ns = self._gaps.block(stamp, frames * 1_000_000_000 // rate)
-        lost = missing_ns * SAMPLE_RATE // 1_000_000_000
-        if lost:  # a block lost on the way (best effort), or a publisher that paused (the two
-            # look alike; an utterance it cuts is logged as such: ended_by audio_lost)
-            self._gap_count += 1
-            self._gap_samples += lost
-            self.get_logger().debug(f"audio/input: {missing_ns / 1e9:.2f} s missing by the stamps")
+        lost = self._lost_samples(missing_ns, "audio/input")
+        x = self._resamplers.process(x, rate, gap=lost > 0)
         self._enqueue(x, stamp or self.get_clock().now().nanoseconds, lost)
 
     def _enqueue(self, chunk: np.ndarray, stamp_ns: int, lost: int = 0) -> None:
@@ -754,8 +762,8 @@ class AsrNode(BoltLifecycleNode):
             # voice activity events a publish failed for (logged; the utterance went on)
             "voice_events_lost": getattr(self._listener, "delivery_failures", 0),
             # audio dropped on overflow (failures.audio_overflow counts the blocks), audio/input
-            # missing by the stamps, and what of both the VAD thread has skipped over (the rest
-            # waits for the next block)
+            # missing by the stamps or lost by the input device (its sample clock), and what of
+            # both the VAD thread has skipped over (the rest waits for the next block)
             "audio_dropped_s": self._dropped_total / SAMPLE_RATE,
             "audio_gaps": self._gap_count,
             "audio_gap_s": self._gap_samples / SAMPLE_RATE,

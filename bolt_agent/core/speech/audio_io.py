@@ -16,6 +16,8 @@ from typing import Any, Literal
 import numpy as np
 import soxr
 
+from bolt_agent.core.speech.sample_clock import SampleClock
+
 Kind = Literal["input", "output"]
 
 
@@ -170,11 +172,35 @@ class StreamResampler:
         return self._stream.resample_chunk(x, last=last)
 
 
+class RateResamplers:
+    """Resampling to ``out_rate`` for a stream whose blocks each say their rate (audio/input):
+    one ``StreamResampler`` per rate, kept between blocks. ``gap``: audio is missing before this
+    block, so that rate's filter starts afresh (it must not join the two sides). A rate that
+    changes every block keeps at most ``max_rates`` of them."""
+
+    def __init__(self, out_rate: int, max_rates: int = 4) -> None:
+        self.out_rate, self.max_rates = out_rate, max_rates
+        self._by_rate: dict[int, StreamResampler] = {}
+
+    def process(self, chunk: np.ndarray, rate: int, gap: bool = False) -> np.ndarray:
+        if rate == self.out_rate:
+            return np.asarray(chunk, dtype=np.float32).reshape(-1)
+        resampler = self._by_rate.get(rate)
+        if resampler is None or gap:  # (not setdefault: it would build one every block)
+            if len(self._by_rate) >= self.max_rates:
+                self._by_rate.clear()
+            resampler = self._by_rate[rate] = StreamResampler(rate, self.out_rate)
+        return resampler.process(chunk)
+
+
 # --- capture ---------------------------------------------------------------------------------
 
 
 class MicCapture:
-    """An input stream delivering ``on_audio(float32 mono at rate, monotonic time)`` blocks.
+    """An input stream delivering ``on_audio(float32 mono at rate, stamp_ns, lost_ns)`` blocks:
+    the stamp of the block's first sample by the device's sample clock (``SampleClock`` over
+    ``clock_ns``, the host clock by default), and the ns of audio the device lost in front of
+    it (0 almost always).
 
     Opens at ``rate`` when the device supports it, else at its default rate with resampling.
     ``open()`` raises DeviceNotFoundError / DeviceError; the callback runs in PortAudio's thread.
@@ -183,14 +209,16 @@ class MicCapture:
     def __init__(
         self,
         device: str | int | None,
-        on_audio: Callable[[np.ndarray, float], None],
+        on_audio: Callable[[np.ndarray, int, int], None],
         rate: int = 16000,
         block_ms: int = 32,
+        clock_ns: Callable[[], int] = time.time_ns,
     ) -> None:
         self.device_spec, self.rate, self.block_ms = device, rate, block_ms
-        self._on_audio = on_audio
+        self._on_audio, self._clock_ns = on_audio, clock_ns
         self._stream: Any = None
         self._resampler: StreamResampler | None = None
+        self._samples: SampleClock | None = None
         self.device: DeviceInfo | None = None
         self.device_rate = rate
         self.errors = 0
@@ -204,6 +232,7 @@ class MicCapture:
         device = find_device(self.device_spec, "input", rescan)
         rate = supported_rate(device, self.rate, "input")
         self._resampler = StreamResampler(rate, self.rate)
+        self._samples = SampleClock(rate)
         try:
             stream = sd.InputStream(
                 device=device.index,
@@ -230,12 +259,23 @@ class MicCapture:
     def is_open(self) -> bool:
         return self._stream is not None
 
+    @property
+    def lost_s(self) -> float:
+        """Audio the device lost since it opened (by its sample clock)."""
+        clock = self._samples
+        return clock.jumped_ns / 1e9 if clock is not None else 0.0
+
     def _callback(self, indata: np.ndarray, frames: int, time_info: Any, status: Any) -> None:
+        arrival_ns = self._clock_ns()
         if status:
             self.errors += 1
         self._running.set()
-        assert self._resampler is not None
-        self._on_audio(self._resampler.process(indata[:, 0].copy()), time.monotonic())
+        assert self._resampler is not None and self._samples is not None
+        overflow = bool(getattr(status, "input_overflow", False))
+        stamp_ns, lost_ns = self._samples.block(frames, arrival_ns, overflow)
+        if lost_ns:  # the filter's state must not join the audio on both sides of the gap
+            self._resampler = StreamResampler(self._resampler.in_rate, self.rate)
+        self._on_audio(self._resampler.process(indata[:, 0].copy()), stamp_ns, lost_ns)
 
     def close(self) -> None:
         with self._lock:
