@@ -162,6 +162,7 @@ def test_a_stalled_asr_process_publishes_its_microphone_audio_without_a_gap(
 
     stall = max(b[2] - a[2] for a, b in itertools.pairwise(blocks))
     assert stall >= 0.5, f"the process was not stopped long enough: {stall:.2f} s"
+    assert all(b[0] > a[0] for a, b in itertools.pairwise(blocks))  # never back
     gaps = StreamGaps(tolerance_ns=50_000_000)
     missing = [g for stamp, n, _ in blocks if (g := gaps.block(stamp, n * 62_500))]
     assert missing == [], f"audio/input stamps jump by {missing} ns; diagnostics {values}"

@@ -458,6 +458,7 @@ class AsrNode(BoltLifecycleNode):
             self.record_failure("activate", "whisper still busy with the last activation's finals")
         self._q, self._queued, self._dropped = queue.Queue(), 0, 0
         self._gaps.reset()
+        self._resamplers.reset()
         self._whisper = ThreadPoolExecutor(1, thread_name_prefix="asr-whisper")
         self._listener_params = p
         self._listener = Listener(

@@ -182,6 +182,9 @@ class RateResamplers:
         self.out_rate, self.max_rates = out_rate, max_rates
         self._by_rate: dict[int, StreamResampler] = {}
 
+    def reset(self) -> None:
+        self._by_rate.clear()
+
     def process(self, chunk: np.ndarray, rate: int, gap: bool = False) -> np.ndarray:
         if rate == self.out_rate:
             return np.asarray(chunk, dtype=np.float32).reshape(-1)
@@ -198,9 +201,9 @@ class RateResamplers:
 
 class MicCapture:
     """An input stream delivering ``on_audio(float32 mono at rate, stamp_ns, lost_ns)`` blocks:
-    the stamp of the block's first sample by the device's sample clock (``SampleClock`` over
-    ``clock_ns``, the host clock by default), and the ns of audio the device lost in front of
-    it (0 almost always).
+    the stamp of the block's first sample by the device's sample clock (``SampleClock`` on the
+    monotonic clock, put on ``clock_ns``'s, the wall clock by default), and the ns of audio the
+    device lost in front of it (0 almost always).
 
     Opens at ``rate`` when the device supports it, else at its default rate with resampling.
     ``open()`` raises DeviceNotFoundError / DeviceError; the callback runs in PortAudio's thread.
@@ -213,9 +216,10 @@ class MicCapture:
         rate: int = 16000,
         block_ms: int = 32,
         clock_ns: Callable[[], int] = time.time_ns,
+        monotonic_ns: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         self.device_spec, self.rate, self.block_ms = device, rate, block_ms
-        self._on_audio, self._clock_ns = on_audio, clock_ns
+        self._on_audio, self._clock_ns, self._monotonic_ns = on_audio, clock_ns, monotonic_ns
         self._stream: Any = None
         self._resampler: StreamResampler | None = None
         self._samples: SampleClock | None = None
@@ -231,8 +235,7 @@ class MicCapture:
         sd = _sd()
         device = find_device(self.device_spec, "input", rescan)
         rate = supported_rate(device, self.rate, "input")
-        self._resampler = StreamResampler(rate, self.rate)
-        self._samples = SampleClock(rate)
+        self._start(rate)
         try:
             stream = sd.InputStream(
                 device=device.index,
@@ -259,23 +262,24 @@ class MicCapture:
     def is_open(self) -> bool:
         return self._stream is not None
 
-    @property
-    def lost_s(self) -> float:
-        """Audio the device lost since it opened (by its sample clock)."""
-        clock = self._samples
-        return clock.jumped_ns / 1e9 if clock is not None else 0.0
+    def _start(self, device_rate: int) -> None:
+        """A fresh resampler and sample clock for a stream opening at ``device_rate``."""
+        self._resampler = StreamResampler(device_rate, self.rate)
+        self._samples = SampleClock(device_rate)
 
     def _callback(self, indata: np.ndarray, frames: int, time_info: Any, status: Any) -> None:
-        arrival_ns = self._clock_ns()
+        arrival_ns = self._monotonic_ns()
+        offset_ns = self._clock_ns() - arrival_ns  # the stamps' clock (it may step; this not)
         if status:
             self.errors += 1
         self._running.set()
         assert self._resampler is not None and self._samples is not None
         overflow = bool(getattr(status, "input_overflow", False))
         stamp_ns, lost_ns = self._samples.block(frames, arrival_ns, overflow)
-        if lost_ns:  # the filter's state must not join the audio on both sides of the gap
+        if overflow:  # the filter's state must not join the audio on both sides of the loss
             self._resampler = StreamResampler(self._resampler.in_rate, self.rate)
-        self._on_audio(self._resampler.process(indata[:, 0].copy()), stamp_ns, lost_ns)
+        chunk = self._resampler.process(indata[:, 0].copy())
+        self._on_audio(chunk, stamp_ns + offset_ns, lost_ns)
 
     def close(self) -> None:
         with self._lock:

@@ -5,9 +5,14 @@ arrival stamps a jump where nothing was lost, then blocks stamped on top of each
 from a recorded bag, the jump reads as lost audio (``StreamGaps``) and cuts the utterance in two.
 Counted in samples, the stamps stay contiguous through the stall; what the device really lost
 still shows as a gap: an input overflow that PortAudio reports, or blocks that keep arriving
-later than the sample clock says (samples lost without a report, or a device clock slower than
-the host's), which moves the clock forward. A device clock faster than the host's (blocks
-arriving sooner than the sample clock says) pulls the clock back to their arrival.
+later than the sample clock says, by as much at the end of half a second as at its start
+(samples lost without a report, or a device clock slower than the host's; a backlog that drains
+arrives less and less late), which moves the clock forward. Blocks that arrive sooner than it
+says (a device clock faster than the host's, a clock set by a late first block) pull it back
+towards their arrival by at most half a block each, so stamps never go back.
+
+Arrival times are monotonic (``time.monotonic_ns``): a step of the wall clock (NTP after boot)
+is not lost audio. Callers add their own clock's offset to the stamps they publish.
 """
 
 from __future__ import annotations
@@ -17,11 +22,13 @@ _NS = 1_000_000_000
 
 class SampleClock:
     """``block(frames, arrival_ns, overflow)`` -> (stamp of the block's first sample, ns lost
-    in front of it). Not thread-safe: one capture callback calls it.
+    in front of it), both on the monotonic clock of ``arrival_ns``. Not thread-safe: one
+    capture callback calls it.
 
-    ``resync_ns``: lateness that every block arriving within ``window_ns`` (host time) must show
-    before the clock moves forward without an overflow report. Jitter and bursts stay under it:
-    a burst arrives at once, and its last block about on time."""
+    ``resync_ns``: lateness that every block arriving within ``window_ns`` (host time) must
+    show, and the last one still (no less by half of it than the first), before the clock moves
+    forward without an overflow report. Jitter and bursts stay under it: a burst arrives at
+    once, and its last block about on time."""
 
     def __init__(self, rate: int, resync_ns: int = _NS // 10, window_ns: int = _NS // 2) -> None:
         if rate <= 0:
@@ -30,6 +37,7 @@ class SampleClock:
         self._next_ns: int | None = None  # the stamp of the next block's first sample
         self._samples = 0  # since the clock was last set (stamps are exact, not summed ns)
         self._origin_ns = 0  # where it was set
+        self._first_late = 0  # lateness of the current window's first block
         self._least_late: int | None = None  # least lateness seen in the current window
         self._window_end_ns = 0  # arrival that closes it
         self.jumps = 0  # times the clock moved forward: audio lost, or a slow device clock
@@ -49,16 +57,18 @@ class SampleClock:
             return self._advance(frames), 0
         late = start - self._next_ns
         lost = 0
-        if late < 0:  # it came sooner than the sample clock says: the clock was set late
-            self._set(start)
-        elif overflow:
-            lost = late
+        if overflow:
+            lost = max(late, 0)  # (an overestimate by the block's own delay, if any)
+        elif late < 0:  # sooner than the sample clock says: back towards it, never past a stamp
+            self._set(self._next_ns - min(-late, duration // 2))
         else:
             if self._least_late is None:
-                self._least_late, self._window_end_ns = late, arrival_ns + self.window_ns
+                self._first_late, self._least_late = late, late
+                self._window_end_ns = arrival_ns + self.window_ns
             self._least_late = min(self._least_late, late)
             if arrival_ns >= self._window_end_ns:
-                if self._least_late > self.resync_ns:
+                steady = late >= self._first_late - self.resync_ns // 2  # not a backlog draining
+                if self._least_late > self.resync_ns and steady:
                     lost = self._least_late
                 self._least_late = None
         if lost:
