@@ -8,6 +8,10 @@ import json
 import os
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from std_msgs.msg import String
@@ -17,23 +21,43 @@ from audio_fixtures import pulse, wer  # noqa: F401 - fixture
 from bolt_agent.core.speech.listener import StreamGaps
 from bolt_agent.nodes import qos
 from bolt_agent_interfaces.msg import AudioChunk, SpokenText, Transcript, TtsState, TurnMetrics
-from ros_helpers import ros_node, spin_until, wait_for_subscriber
+from ros_helpers import NodeProcess, ros_node, spin_until, wait_for_subscriber
 
 SENTENCE = "Hello there, let me check the back room for you."
 
 
-@pytest.mark.slow
-def test_tts_to_asr_through_pulseaudio(node_process, unique_ns, pulse):  # noqa: F811
-    ros = ["--ros-args", "-r", f"__ns:={unique_ns}"]
+@dataclass
+class Loop:
+    """The two nodes on the null sink and a probe watching them (both devices ready)."""
+
+    tts: NodeProcess
+    asr: NodeProcess
+    node: Any
+    ex: Any
+    status: dict[str, dict]
+    finals: list[Transcript]
+    states: list[TtsState]
+    say: Any
+
+    def logs(self) -> str:
+        return f"{self.status}\n{self.tts.log()}\n{self.asr.log()}"
+
+    def speak(self, turn_id: str) -> None:
+        self.say.publish(SpokenText(turn_id=turn_id, seq=0, text=SENTENCE, is_last_in_turn=True))
+
+
+@contextmanager
+def speech_loop(node_process, ns: str, pulse, *asr_params: str) -> Iterator[Loop]:  # noqa: F811
+    ros = ["--ros-args", "-r", f"__ns:={ns}"]
     tts = node_process(
         "-m", "bolt_agent.nodes.tts_node", *ros, env=pulse.env(sink="robot_speaker"), name="tts"
     )
+    params = [arg for p in ("echo_mode:=off", *asr_params) for arg in ("-p", p)]
     asr = node_process(
         "-m",
         "bolt_agent.nodes.asr_node",
         *ros,
-        "-p",
-        "echo_mode:=off",
+        *params,
         env=pulse.env(source="robot_speaker.monitor"),
         name="asr",
     )
@@ -45,19 +69,18 @@ def test_tts_to_asr_through_pulseaudio(node_process, unique_ns, pulse):  # noqa:
             status[data["node"]] = data
 
         for name in ("tts_node", "asr_node"):
-            node.create_subscription(String, f"{unique_ns}/{name}/status", on_status, qos.LATCHED)
+            node.create_subscription(String, f"{ns}/{name}/status", on_status, qos.LATCHED)
         finals: list[Transcript] = []
         node.create_subscription(
             Transcript,
-            f"{unique_ns}/asr/transcript",
+            f"{ns}/asr/transcript",
             lambda m: finals.append(m) if m.is_final else None,
             50,
         )
         states: list[TtsState] = []
-        node.create_subscription(TtsState, f"{unique_ns}/tts/state", states.append, qos.LATCHED)
-        metrics: list[TurnMetrics] = []
-        node.create_subscription(TurnMetrics, f"{unique_ns}/bolt/turn_metrics", metrics.append, 50)
-        say = node.create_publisher(SpokenText, f"{unique_ns}/speech/say", qos.RELIABLE)
+        node.create_subscription(TtsState, f"{ns}/tts/state", states.append, qos.LATCHED)
+        say = node.create_publisher(SpokenText, f"{ns}/speech/say", qos.RELIABLE)
+        loop = Loop(tts, asr, node, ex, status, finals, states, say)
 
         def ready() -> bool:
             return all(status.get(n, {}).get("level") == "OK" for n in ("tts_node", "asr_node"))
@@ -65,12 +88,24 @@ def test_tts_to_asr_through_pulseaudio(node_process, unique_ns, pulse):  # noqa:
         try:
             spin_until(ex, ready, 60, "both nodes' devices")
             wait_for_subscriber(ex, say)
-            say.publish(SpokenText(turn_id="loop", seq=0, text=SENTENCE, is_last_in_turn=True))
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{loop.logs()}") from None
+        yield loop
+
+
+@pytest.mark.slow
+def test_tts_to_asr_through_pulseaudio(node_process, unique_ns, pulse):  # noqa: F811
+    with speech_loop(node_process, unique_ns, pulse) as loop:
+        node, ex, finals, states = loop.node, loop.ex, loop.finals, loop.states
+        metrics: list[TurnMetrics] = []
+        node.create_subscription(TurnMetrics, f"{unique_ns}/bolt/turn_metrics", metrics.append, 50)
+        try:
+            loop.speak("loop")
             spin_until(ex, lambda: bool(finals), 45, "a final transcript")
             spin_until(ex, lambda: states and states[-1].spoken_text == SENTENCE, 10, "tts done")
             spin_until(ex, lambda: {m.source for m in metrics} == {"tts", "asr"}, 5, "metrics")
         except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{status}\n{tts.log()}\n{asr.log()}") from None
+            raise AssertionError(f"{exc}\n{loop.logs()}") from None
 
     assert wer(SENTENCE, finals[0].text) <= 0.1, finals[0].text
     assert not states[-1].speaking and not states[-1].interrupted
@@ -82,7 +117,7 @@ def test_tts_to_asr_through_pulseaudio(node_process, unique_ns, pulse):  # noqa:
         tts_m.first_audio.sec,
         tts_m.first_audio.nanosec,
     )
-    assert tts.alive() and asr.alive()
+    assert loop.tts.alive() and loop.asr.alive()
 
 
 @pytest.mark.slow
@@ -97,30 +132,8 @@ def test_a_stalled_asr_process_publishes_its_microphone_audio_without_a_gap(
     they go on where they left off and a bag of them replays without a gap (stamped by their
     arrival, as before, the first block after the stall came 0.6 s after where the one before
     ended: lost audio to the ASR that replays it); and the sentence is heard whole."""
-    ros = ["--ros-args", "-r", f"__ns:={unique_ns}"]
-    tts = node_process(
-        "-m", "bolt_agent.nodes.tts_node", *ros, env=pulse.env(sink="robot_speaker"), name="tts"
-    )
-    asr = node_process(
-        "-m",
-        "bolt_agent.nodes.asr_node",
-        *ros,
-        "-p",
-        "echo_mode:=off",
-        "-p",
-        "publish_audio:=true",
-        env=pulse.env(source="robot_speaker.monitor"),
-        name="asr",
-    )
-    with ros_node("mic_probe") as (node, ex):
-        status: dict[str, dict] = {}
-
-        def on_status(msg: String) -> None:
-            data = json.loads(msg.data)
-            status[data["node"]] = data
-
-        for name in ("tts_node", "asr_node"):
-            node.create_subscription(String, f"{unique_ns}/{name}/status", on_status, qos.LATCHED)
+    with speech_loop(node_process, unique_ns, pulse, "publish_audio:=true") as loop:
+        node, ex, finals, states = loop.node, loop.ex, loop.finals, loop.states
         blocks: list[tuple[int, int, float]] = []  # (stamp ns, samples, arrival)
 
         def on_audio(msg: AudioChunk) -> None:
@@ -128,37 +141,21 @@ def test_a_stalled_asr_process_publishes_its_microphone_audio_without_a_gap(
             blocks.append((stamp, len(msg.samples), time.monotonic()))
 
         node.create_subscription(AudioChunk, f"{unique_ns}/audio/input", on_audio, qos.AUDIO)
-        finals: list[Transcript] = []
-        node.create_subscription(
-            Transcript,
-            f"{unique_ns}/asr/transcript",
-            lambda m: finals.append(m) if m.is_final else None,
-            50,
-        )
-        states: list[TtsState] = []
-        node.create_subscription(TtsState, f"{unique_ns}/tts/state", states.append, qos.LATCHED)
-        say = node.create_publisher(SpokenText, f"{unique_ns}/speech/say", qos.RELIABLE)
         diag = Diagnostics(node, unique_ns)
-
-        def ready() -> bool:
-            return all(status.get(n, {}).get("level") == "OK" for n in ("tts_node", "asr_node"))
-
         try:
-            spin_until(ex, ready, 60, "both nodes' devices")
             spin_until(ex, lambda: len(blocks) >= 50, 10, "microphone blocks on audio/input")
-            wait_for_subscriber(ex, say)
-            say.publish(SpokenText(turn_id="stall", seq=0, text=SENTENCE, is_last_in_turn=True))
+            loop.speak("stall")
             spin_until(ex, lambda: any(s.speaking for s in states), 20, "the robot speaking")
             t = time.monotonic()
             spin_until(ex, lambda: time.monotonic() - t >= 0.6, 5, "0.6 s of speech")
-            os.kill(asr.proc.pid, signal.SIGSTOP)
+            os.kill(loop.asr.proc.pid, signal.SIGSTOP)
             time.sleep(0.6)
-            os.kill(asr.proc.pid, signal.SIGCONT)
+            os.kill(loop.asr.proc.pid, signal.SIGCONT)
             spin_until(ex, lambda: bool(finals), 45, "a final transcript")
             spin_until(ex, lambda: states[-1].spoken_text == SENTENCE, 10, "tts done")
-            _, _, values = diag.wait(ex, "asr_node", lambda *_: True, 10, [asr])
+            _, _, values = diag.wait(ex, "asr_node", lambda *_: True, 10, [loop.asr])
         except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{status}\n{tts.log()}\n{asr.log()}") from None
+            raise AssertionError(f"{exc}\n{loop.logs()}") from None
 
     stall = max(b[2] - a[2] for a, b in itertools.pairwise(blocks))
     assert stall >= 0.5, f"the process was not stopped long enough: {stall:.2f} s"
@@ -171,4 +168,4 @@ def test_a_stalled_asr_process_publishes_its_microphone_audio_without_a_gap(
     assert heard_s == pytest.approx(last[2] - first[2], abs=0.25)
     assert values["input_errors"] == "0" and values["audio_gaps"] == "0", values
     assert wer(SENTENCE, finals[0].text) <= 0.1, finals[0].text
-    assert tts.alive() and asr.alive()
+    assert loop.tts.alive() and loop.asr.alive()
