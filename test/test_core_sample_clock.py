@@ -154,9 +154,12 @@ def test_an_overflow_that_comes_early_loses_nothing_and_an_overflow_restarts_the
     now["mono"] += big_ns
     mic._callback(quiet, big, None, None)
     assert got[-1][1:] == (1_800_003_600 * NS + 3 * big_ns, 0)
+    for key in now:
+        now[key] += big_ns
+    mic._callback(tone, big, None, None)  # its tail is still in the filter, then:
     for key in now:  # PortAudio lost 0.4 s and says so
         now[key] += 400_000_000 + big_ns
     mic._callback(quiet, big, None, SimpleNamespace(input_overflow=True))
     assert got[-1][2] == 400_000_000 and mic.errors == 1
-    assert got[-1][1] == 1_800_003_600 * NS + 4 * big_ns + 400_000_000
+    assert got[-1][1] == 1_800_003_600 * NS + 5 * big_ns + 400_000_000
     assert float(np.abs(got[-1][0]).max()) == 0.0  # nothing of before the loss

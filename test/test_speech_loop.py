@@ -98,8 +98,11 @@ def test_tts_to_asr_through_pulseaudio(node_process, unique_ns, pulse):  # noqa:
     with speech_loop(node_process, unique_ns, pulse) as loop:
         node, ex, finals, states = loop.node, loop.ex, loop.finals, loop.states
         metrics: list[TurnMetrics] = []
-        node.create_subscription(TurnMetrics, f"{unique_ns}/bolt/turn_metrics", metrics.append, 50)
+        sub = node.create_subscription(
+            TurnMetrics, f"{unique_ns}/bolt/turn_metrics", metrics.append, 50
+        )
         try:
+            spin_until(ex, lambda: sub.get_publisher_count() == 2, 10, "both metrics publishers")
             loop.speak("loop")
             spin_until(ex, lambda: bool(finals), 45, "a final transcript")
             spin_until(ex, lambda: states and states[-1].spoken_text == SENTENCE, 10, "tts done")
@@ -153,7 +156,8 @@ def test_a_stalled_asr_process_publishes_its_microphone_audio_without_a_gap(
             os.kill(loop.asr.proc.pid, signal.SIGCONT)
             spin_until(ex, lambda: bool(finals), 45, "a final transcript")
             spin_until(ex, lambda: states[-1].spoken_text == SENTENCE, 10, "tts done")
-            _, _, values = diag.wait(ex, "asr_node", lambda *_: True, 10, [loop.asr])
+            seen = diag.count  # a report made after the stall and the sentence
+            _, _, values = diag.wait(ex, "asr_node", lambda *_: diag.count > seen, 10, [loop.asr])
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{loop.logs()}") from None
 

@@ -58,7 +58,7 @@ class SampleClock:
         late = start - self._next_ns
         lost = 0
         if overflow:
-            lost = max(late, 0)  # (an overestimate by the block's own delay, if any)
+            lost = max(late, 0)  # (too much by the block's delay and any backlog behind it)
         elif late < 0:  # sooner than the sample clock says: back towards it, never past a stamp
             self._set(self._next_ns - min(-late, duration // 2))
         else:
