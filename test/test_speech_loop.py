@@ -24,6 +24,7 @@ from bolt_agent_interfaces.msg import AudioChunk, SpokenText, Transcript, TtsSta
 from ros_helpers import NodeProcess, ros_node, spin_until, wait_for_subscriber
 
 SENTENCE = "Hello there, let me check the back room for you."
+BAG = ("-m", "bolt_agent.cli", "bag")
 
 
 @dataclass
@@ -124,17 +125,21 @@ def test_tts_to_asr_through_pulseaudio(node_process, unique_ns, pulse):  # noqa:
 
 
 @pytest.mark.slow
-def test_a_stalled_asr_process_publishes_its_microphone_audio_without_a_gap(
+def test_a_stalled_asr_process_records_microphone_audio_that_replays_without_a_gap(
     node_process,
     unique_ns,
     pulse,  # noqa: F811
+    tmp_path,
 ):
     """The ASR process is stopped for 0.6 s while the robot speaks (a machine too busy to run
     it): PulseAudio keeps the audio, and the backlog comes at once when it runs again. The
     blocks `publish_audio` puts on audio/input are stamped by the microphone's sample clock, so
-    they go on where they left off and a bag of them replays without a gap (stamped by their
-    arrival, as before, the first block after the stall came 0.6 s after where the one before
-    ended: lost audio to the ASR that replays it); and the sentence is heard whole."""
+    they go on where they left off, and the sentence is heard whole. `bolt-agent bag record`
+    keeps them; played back into another ASR node (`audio_source: topic`), the bag gives the
+    same one sentence, no gap. (Stamped by their arrival, as before, the first block after the
+    stall came 0.6 s after where the one before ended: lost audio to the ASR that replays it,
+    which cut the sentence in two.)"""
+    bag, replay_ns = tmp_path / "mic", f"{unique_ns}_replay"
     with speech_loop(node_process, unique_ns, pulse, "publish_audio:=true") as loop:
         node, ex, finals, states = loop.node, loop.ex, loop.finals, loop.states
         blocks: list[tuple[int, int, float]] = []  # (stamp ns, samples, arrival)
@@ -143,9 +148,12 @@ def test_a_stalled_asr_process_publishes_its_microphone_audio_without_a_gap(
             stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
             blocks.append((stamp, len(msg.samples), time.monotonic()))
 
-        node.create_subscription(AudioChunk, f"{unique_ns}/audio/input", on_audio, qos.AUDIO)
+        topic = f"{unique_ns}/audio/input"
+        node.create_subscription(AudioChunk, topic, on_audio, qos.AUDIO)
         diag = Diagnostics(node, unique_ns)
+        recorder = node_process(*BAG, "record", "-o", str(bag), topic, name="recorder")
         try:
+            spin_until(ex, lambda: node.count_subscribers(topic) >= 2, 30, "the bag recorder")
             spin_until(ex, lambda: len(blocks) >= 50, 10, "microphone blocks on audio/input")
             loop.speak("stall")
             spin_until(ex, lambda: any(s.speaking for s in states), 20, "the robot speaking")
@@ -159,7 +167,32 @@ def test_a_stalled_asr_process_publishes_its_microphone_audio_without_a_gap(
             seen = diag.count  # a report made after the stall and the sentence
             _, _, values = diag.wait(ex, "asr_node", lambda *_: diag.count > seen, 10, [loop.asr])
         except AssertionError as exc:
-            raise AssertionError(f"{exc}\n{loop.logs()}") from None
+            raise AssertionError(f"{exc}\n{loop.logs()}\n{recorder.log()}") from None
+        assert recorder.stop() == 0 and "wrote" in recorder.log(), recorder.log()
+
+        # the bag, played into an ASR node that reads audio/input
+        replay = node_process("-m", "bolt_agent.nodes.asr_node", "--ros-args", "-r",
+                              f"__ns:={replay_ns}", "-p", "audio_source:=topic", "-p",
+                              "echo_mode:=off", name="replay_asr")  # fmt: skip
+        replayed: list[Transcript] = []
+        node.create_subscription(
+            Transcript,
+            f"{replay_ns}/asr/transcript",
+            lambda m: replayed.append(m) if m.is_final else None,
+            50,
+        )
+        replay_diag = Diagnostics(node, replay_ns)
+        replay_diag.wait(ex, "asr_node", lambda level, *_: level == "OK", 60, [replay])
+        player = node_process(*BAG, "play", str(bag), "--remap",
+                              f"{topic}:={replay_ns}/audio/input", "--wait-subscribers", "20",
+                              name="player")  # fmt: skip
+        spin_until(ex, lambda: player.proc.poll() is not None, 60, player.log)
+        assert player.proc.returncode == 0, player.log()
+        spin_until(ex, lambda: bool(replayed), 30, lambda: f"the replay's final\n{replay.log()}")
+        seen = replay_diag.count
+        _, _, replay_values = replay_diag.wait(
+            ex, "asr_node", lambda *_: replay_diag.count > seen + 1, 10, [replay]
+        )
 
     stall = max(b[2] - a[2] for a, b in itertools.pairwise(blocks))
     assert stall >= 0.5, f"the process was not stopped long enough: {stall:.2f} s"
@@ -172,4 +205,6 @@ def test_a_stalled_asr_process_publishes_its_microphone_audio_without_a_gap(
     assert heard_s == pytest.approx(last[2] - first[2], abs=0.25)
     assert values["input_errors"] == "0" and values["audio_gaps"] == "0", values
     assert wer(SENTENCE, finals[0].text) <= 0.1, finals[0].text
-    assert loop.tts.alive() and loop.asr.alive()
+    assert len(replayed) == 1 and wer(SENTENCE, replayed[0].text) <= 0.1, replay.log()
+    assert replay_values["audio_gaps"] == "0", replay_values
+    assert loop.tts.alive() and loop.asr.alive() and replay.alive()
