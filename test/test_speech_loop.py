@@ -47,6 +47,15 @@ class Loop:
         self.say.publish(SpokenText(turn_id=turn_id, seq=0, text=SENTENCE, is_last_in_turn=True))
 
 
+def final_transcripts(node, ns: str) -> list[Transcript]:
+    """The final transcripts of the ASR node under ``ns``, as they come."""
+    finals: list[Transcript] = []
+    node.create_subscription(
+        Transcript, f"{ns}/asr/transcript", lambda m: finals.append(m) if m.is_final else None, 50
+    )
+    return finals
+
+
 @contextmanager
 def speech_loop(node_process, ns: str, pulse, *asr_params: str) -> Iterator[Loop]:  # noqa: F811
     ros = ["--ros-args", "-r", f"__ns:={ns}"]
@@ -71,13 +80,7 @@ def speech_loop(node_process, ns: str, pulse, *asr_params: str) -> Iterator[Loop
 
         for name in ("tts_node", "asr_node"):
             node.create_subscription(String, f"{ns}/{name}/status", on_status, qos.LATCHED)
-        finals: list[Transcript] = []
-        node.create_subscription(
-            Transcript,
-            f"{ns}/asr/transcript",
-            lambda m: finals.append(m) if m.is_final else None,
-            50,
-        )
+        finals = final_transcripts(node, ns)
         states: list[TtsState] = []
         node.create_subscription(TtsState, f"{ns}/tts/state", states.append, qos.LATCHED)
         say = node.create_publisher(SpokenText, f"{ns}/speech/say", qos.RELIABLE)
@@ -174,13 +177,7 @@ def test_a_stalled_asr_process_records_microphone_audio_that_replays_without_a_g
         replay = node_process("-m", "bolt_agent.nodes.asr_node", "--ros-args", "-r",
                               f"__ns:={replay_ns}", "-p", "audio_source:=topic", "-p",
                               "echo_mode:=off", name="replay_asr")  # fmt: skip
-        replayed: list[Transcript] = []
-        node.create_subscription(
-            Transcript,
-            f"{replay_ns}/asr/transcript",
-            lambda m: replayed.append(m) if m.is_final else None,
-            50,
-        )
+        replayed = final_transcripts(node, replay_ns)
         replay_diag = Diagnostics(node, replay_ns)
         replay_diag.wait(ex, "asr_node", lambda level, *_: level == "OK", 60, [replay])
         player = node_process(*BAG, "play", str(bag), "--remap",
