@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from std_msgs.msg import String
 from test_diagnostics import Diagnostics
+from test_speech_asr import start_asr
 
 from audio_fixtures import pulse, wer  # noqa: F401 - fixture
 from bolt_agent.core.speech.listener import StreamGaps
@@ -62,14 +63,12 @@ def speech_loop(node_process, ns: str, pulse, *asr_params: str) -> Iterator[Loop
     tts = node_process(
         "-m", "bolt_agent.nodes.tts_node", *ros, env=pulse.env(sink="robot_speaker"), name="tts"
     )
-    params = [arg for p in ("echo_mode:=off", *asr_params) for arg in ("-p", p)]
-    asr = node_process(
-        "-m",
-        "bolt_agent.nodes.asr_node",
-        *ros,
-        *params,
+    asr = start_asr(
+        node_process,
+        ns,
+        "echo_mode:=off",
+        *asr_params,
         env=pulse.env(source="robot_speaker.monitor"),
-        name="asr",
     )
     with ros_node("loop_probe") as (node, ex):
         status: dict[str, dict] = {}
@@ -174,9 +173,7 @@ def test_a_stalled_asr_process_records_microphone_audio_that_replays_without_a_g
         assert recorder.stop() == 0 and "wrote" in recorder.log(), recorder.log()
 
         # the bag, played into an ASR node that reads audio/input
-        replay = node_process("-m", "bolt_agent.nodes.asr_node", "--ros-args", "-r",
-                              f"__ns:={replay_ns}", "-p", "audio_source:=topic", "-p",
-                              "echo_mode:=off", name="replay_asr")  # fmt: skip
+        replay = start_asr(node_process, replay_ns, "audio_source:=topic", "echo_mode:=off")
         replayed = final_transcripts(node, replay_ns)
         replay_diag = Diagnostics(node, replay_ns)
         replay_diag.wait(ex, "asr_node", lambda level, *_: level == "OK", 60, [replay])

@@ -349,7 +349,9 @@ class AsrNode(BoltLifecycleNode):
         self._queued_lock = threading.Lock()
         self._dropped = 0  # samples lost (dropped, or missing by the stamps) since the last block
         self._dropped_total = self._skipped_total = 0  # (dropped on overflow; skipped by the VAD)
-        self._gaps = StreamGaps()  # audio/input blocks missing by their stamps
+        # audio/input blocks missing by their stamps, every ns of it (_lost_samples applies
+        # audio_gap_ms, to the microphone's losses as well)
+        self._gaps = StreamGaps(tolerance_ns=0)
         self._owed: Listener | None = None  # transcriptions deactivation did not see finish
         self._gap_count = self._gap_samples = 0
         self._engine: AsrEngine | None = None
@@ -585,7 +587,6 @@ class AsrNode(BoltLifecycleNode):
         rate = int(msg.sample_rate) or SAMPLE_RATE
         stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
         frames = len(msg.samples) // max(1, msg.channels)
-        self._gaps.tolerance_ns = int(self.params.audio_gap_ms * 1e6) or None
         # a block lost on the way (best effort), or a publisher that paused (the two look
         # alike; an utterance it cuts is logged as such: ended_by audio_lost)
         missing_ns = self._gaps.block(stamp, frames * 1_000_000_000 // rate)

@@ -186,9 +186,7 @@ class RateResamplers:
         self._by_rate.clear()
 
     def process(self, chunk: np.ndarray, rate: int, gap: bool = False) -> np.ndarray:
-        if rate == self.out_rate:
-            return np.asarray(chunk, dtype=np.float32).reshape(-1)
-        resampler = self._by_rate.get(rate)
+        resampler = self._by_rate.get(rate)  # (at out_rate: one that passes the audio through)
         if resampler is None or gap:  # (not setdefault: it would build one every block)
             if len(self._by_rate) >= self.max_rates:
                 self._by_rate.clear()

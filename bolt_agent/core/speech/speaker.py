@@ -485,11 +485,9 @@ class Speaker:
                 if named is None or named.done.is_set() or named.outstanding == 0:
                     return None
                 current = named
-                if sink is not None:  # other turns' sentences played to their end: as played()
-                    for item in [i for i in self._playing if i.turn is not named]:
-                        played, total = sink.progress(item)
-                        if total and played >= total:
-                            self._played(item)
+                for item in [i for i in self._playing if i.turn is not named]:
+                    if self._played_whole(item):  # other turns' sentences: as played()
+                        self._played(item)
                 if self._take_unheard(named):
                     return self._stop_waiting(named, reason)
                 busy = [t for t in busy if t.outstanding > 0]
@@ -586,8 +584,7 @@ class Speaker:
             return True
         if sink is None:
             return False
-        progress = {id(item): sink.progress(item) for item in mine}
-        done = {id(item) for item in mine if 0 < progress[id(item)][1] <= progress[id(item)][0]}
+        done = {id(item) for item in mine if self._played_whole(item)}
         waiting = {item for item in mine if id(item) not in done}
         if waiting and not sink.drop(waiting):
             return False
@@ -597,6 +594,13 @@ class Speaker:
             self._playing.remove(item)
             sink.forget(item)
         return True
+
+    def _played_whole(self, item: Sentence) -> bool:
+        """The sink has played ``item`` to its end (its ``on_done`` may not have come yet)."""
+        if self._sink is None:
+            return False
+        played, total = self._sink.progress(item)
+        return 0 < total <= played
 
     def _stop_waiting(self, turn: Turn, reason: str) -> StopInfo:
         """Stop a turn none of whose audio is in the sink (the lock held): its sentences leave
