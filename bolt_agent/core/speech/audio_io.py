@@ -7,6 +7,8 @@ raises ``DeviceNotFoundError`` whose message lists what is available. ``MicCaptu
 
 from __future__ import annotations
 
+import ctypes
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -80,6 +82,23 @@ def list_devices(kind: Kind | None = None, rescan: bool = False) -> list[DeviceI
         for d in sd.query_devices()
     ]
     return [d for d in devices if kind is None or d.channels(kind) > 0]
+
+
+def release_alsa_plugins() -> bool:
+    """Unload the ALSA plugins that no open stream uses; False when ALSA is not loaded.
+
+    PortAudio's device scan opens every PCM the ALSA configuration defines, which loads each
+    plugin module and the libraries behind it (with Debian's ``libasound2-plugins``: a52 and
+    lavrate pull in libavcodec, librsvg, libx265 …: 125 libraries, ~11 MiB resident here), and
+    they stay until ``Pa_Terminate`` frees ALSA's global configuration. This makes that same
+    call (``snd_config_update_free_global``, thread-safe in alsa-lib) once a stream is open:
+    alsa-lib closes only the plugin modules with no open PCM, and the next ``snd_pcm_open``
+    reads the configuration again."""
+    try:
+        alsa = ctypes.CDLL("libasound.so.2", mode=os.RTLD_NOLOAD)
+    except (OSError, AttributeError):  # not loaded (PortAudio without ALSA), or no RTLD_NOLOAD
+        return False
+    return alsa.snd_config_update_free_global() == 0
 
 
 def describe_devices(devices: Sequence[DeviceInfo], kind: Kind) -> str:
@@ -252,6 +271,7 @@ class MicCapture:
         with self._lock:
             self._stream, self.device, self.device_rate = stream, device, rate
         OPEN_STREAMS.add(1)
+        release_alsa_plugins()
         # PulseAudio through ALSA delivers nothing for ~1.5 s after a stream opens (and drops
         # that audio): wait until blocks flow so "open" means "listening".
         self.warm = self._running.wait(self.warmup_timeout_s)

@@ -32,6 +32,7 @@ from bolt_agent.core.speech.audio_io import (
     find_device,
     float_to_int16,
     int16_to_float,
+    release_alsa_plugins,
     supported_rate,
 )
 from bolt_agent.core.speech.pulse_route import PulseRoute, PulseRouteError
@@ -194,6 +195,7 @@ class Player:
             ) from exc
         self._stream, self.device, self.device_rate = stream, device, rate
         OPEN_STREAMS.add(1)
+        release_alsa_plugins()
         # Some back ends (PulseAudio through ALSA) hold a new stream for ~1.5 s before its clock
         # runs; wait for that here so the first sentence is not delayed.
         self.warm = self._running.wait(self.warmup_timeout_s)
