@@ -47,8 +47,10 @@ class LlamaConfig:
     swa_full: bool = False
     flash_attn: str = "auto"  # on | off | auto (on with GPU layers; slower on this CPU)
     # K/V cache element types (f16 | bf16 | q8_0 | q4_0 | ...): q8_0 halves the cache (34 B per 32
-    # values); a quantised V cache needs flash attention, so it is refused without it
-    cache_type_k: str = "f16"
+    # values); a quantised V cache needs flash attention, so it is refused without it. K is q8_0
+    # by default: on the bundled model -4.9 MiB of cache and -1.7 MiB per SWA checkpoint, the
+    # same greedy text, decode speed unchanged, time to first token +5 ms on this CPU
+    cache_type_k: str = "q8_0"
     cache_type_v: str = "f16"
     use_mmap: bool = True  # map the GGUF: pages of CPU-resident tensors load on first touch
     # llama.cpp's CPU repacking (``use_extra_bufts``): an anonymous, interleaved copy of the
