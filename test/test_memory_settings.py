@@ -174,3 +174,38 @@ def test_llm_weights_stay_file_backed_without_cpu_repack(tmp_path):
     assert repack["use_extra_bufts"] == {"off": False, "on": True}, repack
     assert repack["repacked_copy_mib"] >= 10, repack
     assert LlamaConfig("model.gguf").cpu_repack is False
+
+
+def test_the_k_cache_is_q8_0_on_the_cpu_and_matches_v_with_flash_attention():
+    """``cache_type_k: auto``: q8_0 without flash attention, V's type with it (llama.cpp's GPU
+    flash-attention kernels want one type for K and V). On the bundled model the SWA cells a
+    checkpoint saves shrink to (272 + 512) / 1024 of f16's: K rows of 256 values, q8_0 34 B per
+    32, V f16."""
+    from llama_cpp import llama_cpp as capi
+
+    from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
+    from bolt_agent.core.models import resolve_model
+
+    def kinds(**kw) -> tuple[int, int]:
+        args = LlamaEngine(LlamaConfig("model.gguf", **kw)).llama_kwargs()
+        return args["type_k"], args["type_v"]
+
+    q8, f16 = capi.GGML_TYPE_Q8_0, capi.GGML_TYPE_F16
+    assert kinds() == (q8, f16)  # no GPU layers: flash attention off
+    assert kinds(n_gpu_layers=-1) == (f16, f16)  # flash_attn auto: on with GPU layers
+    assert kinds(flash_attn="on", cache_type_v="q8_0") == (q8, q8)
+    assert kinds(cache_type_k="f16") == (f16, f16)
+
+    model = str(resolve_model("", kind="llm"))
+    sizes = {}
+    for kind in ("f16", "auto"):
+        engine = LlamaEngine(LlamaConfig(model, cache_type_k=kind)).load()
+        try:
+            engine.llm.eval(engine.llm.tokenize(b"The robot looks around the room. " * 40))
+            ctx = engine.llm._ctx.ctx
+            sizes[kind] = capi.llama_state_seq_get_size_ext(
+                ctx, 0, capi.LLAMA_STATE_SEQ_FLAGS_SWA_ONLY
+            )
+        finally:
+            engine.close()
+    assert abs(sizes["auto"] / sizes["f16"] - (272 + 512) / 1024) < 0.01, sizes

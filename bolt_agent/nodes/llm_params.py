@@ -48,10 +48,11 @@ class LlmParams:
         choices=("on", "off", "auto"),
     )
     cache_type_k: str = param(
-        "q8_0",
-        "K cache type: f16 | q8_0 | q4_0 (q8_0: 34 B per 32 values, 0.53 x f16)",
+        "auto",
+        "K cache type: auto | f16 | q8_0 | q4_0 (q8_0: 34 B per 32 values, 0.53 x f16; auto: "
+        "q8_0 without flash attention, else cache_type_v's type)",
         load_time=True,
-        choices=("f16", "q8_0", "q4_0"),
+        choices=("auto", "f16", "q8_0", "q4_0"),
     )
     cache_type_v: str = param(
         "f16",

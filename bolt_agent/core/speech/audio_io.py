@@ -36,6 +36,10 @@ class _StreamCount:
 
 
 OPEN_STREAMS = _StreamCount()
+# PortAudio's (re-)initialisation walks ALSA's global configuration without alsa-lib's lock, so
+# a rescan, a stream opening or closing, and ``release_alsa_plugins`` never run at the same time
+# (two nodes in one process open their devices from their own threads)
+PORTAUDIO_LOCK = threading.RLock()
 
 
 class DeviceNotFoundError(RuntimeError):
@@ -68,9 +72,11 @@ def list_devices(kind: Kind | None = None, rescan: bool = False) -> list[DeviceI
     """Devices PortAudio sees. ``rescan`` re-initialises PortAudio (its list is cached at start-up)
     so a device plugged in later shows up; only do that while this process has no open stream."""
     sd = _sd()
-    if rescan and OPEN_STREAMS.count == 0:
-        sd._terminate()
-        sd._initialize()
+    with PORTAUDIO_LOCK:
+        if rescan and OPEN_STREAMS.count == 0:
+            sd._terminate()
+            sd._initialize()
+        listed = sd.query_devices()
     devices = [
         DeviceInfo(
             index=int(d["index"]),
@@ -79,26 +85,38 @@ def list_devices(kind: Kind | None = None, rescan: bool = False) -> list[DeviceI
             max_output_channels=int(d["max_output_channels"]),
             default_samplerate=float(d["default_samplerate"]),
         )
-        for d in sd.query_devices()
+        for d in listed
     ]
     return [d for d in devices if kind is None or d.channels(kind) > 0]
 
 
-def release_alsa_plugins() -> bool:
-    """Unload the ALSA plugins that no open stream uses; False when ALSA is not loaded.
+ALSA_RELEASE_MIN_VERSION = (1, 2, 0)  # reference-counted plugin cache, locked configuration
 
-    PortAudio's device scan opens every PCM the ALSA configuration defines, which loads each
-    plugin module and the libraries behind it (with Debian's ``libasound2-plugins``: a52 and
-    lavrate pull in libavcodec, librsvg, libx265 …: 125 libraries, ~11 MiB resident here), and
-    they stay until ``Pa_Terminate`` frees ALSA's global configuration. This makes that same
-    call (``snd_config_update_free_global``, thread-safe in alsa-lib) once a stream is open:
-    alsa-lib closes only the plugin modules with no open PCM, and the next ``snd_pcm_open``
-    reads the configuration again."""
+
+def release_alsa_plugins() -> bool:
+    """Unload the ALSA plugins that no open stream uses; False when it did nothing (ALSA not
+    loaded, or an alsa-lib older than ``ALSA_RELEASE_MIN_VERSION``).
+
+    PortAudio's device scan opens the PCMs the ALSA configuration defines (all but a few it
+    ignores, such as hw and plughw), which loads their plugin modules and the libraries behind
+    them (with Debian's ``libasound2-plugins``: a52 and lavrate pull in libavcodec, librsvg,
+    libx265 …: 125 libraries, ~11 MiB resident here), and they stay until ``Pa_Terminate``
+    frees ALSA's global configuration. This makes that same call
+    (``snd_config_update_free_global``) once a stream is open, under ``PORTAUDIO_LOCK``: alsa-lib
+    closes only the plugin modules no open PCM holds a reference to, and the next
+    ``snd_pcm_open`` (or PortAudio's next scan) reads the configuration again. Older alsa-lib
+    closed every module, open or not: there it does nothing."""
     try:
         alsa = ctypes.CDLL("libasound.so.2", mode=os.RTLD_NOLOAD)
-    except (OSError, AttributeError):  # not loaded (PortAudio without ALSA), or no RTLD_NOLOAD
+        version = ctypes.CFUNCTYPE(ctypes.c_char_p)(("snd_asoundlib_version", alsa))()
+        free_global = alsa.snd_config_update_free_global
+    except (OSError, AttributeError):  # not loaded (PortAudio without ALSA), or no such symbol
         return False
-    return alsa.snd_config_update_free_global() == 0
+    numbers = tuple(int(n) for n in version.decode().split(".")[:3] if n.isdigit())
+    if numbers < ALSA_RELEASE_MIN_VERSION:
+        return False
+    with PORTAUDIO_LOCK:
+        return free_global() == 0
 
 
 def describe_devices(devices: Sequence[DeviceInfo], kind: Kind) -> str:
@@ -250,28 +268,29 @@ class MicCapture:
 
     def open(self, rescan: bool = False) -> None:
         sd = _sd()
-        device = find_device(self.device_spec, "input", rescan)
-        rate = supported_rate(device, self.rate, "input")
-        self._start(rate)
-        try:
-            stream = sd.InputStream(
-                device=device.index,
-                samplerate=rate,
-                channels=1,
-                dtype="float32",
-                blocksize=max(1, rate * self.block_ms // 1000),
-                callback=self._callback,
-            )
-            self._running.clear()
-            stream.start()
-        except Exception as exc:
-            raise DeviceError(
-                f"cannot open input device {device.name!r} at {rate} Hz: {exc}"
-            ) from exc
-        with self._lock:
-            self._stream, self.device, self.device_rate = stream, device, rate
-        OPEN_STREAMS.add(1)
-        release_alsa_plugins()
+        with PORTAUDIO_LOCK:
+            device = find_device(self.device_spec, "input", rescan)
+            rate = supported_rate(device, self.rate, "input")
+            self._start(rate)
+            try:
+                stream = sd.InputStream(
+                    device=device.index,
+                    samplerate=rate,
+                    channels=1,
+                    dtype="float32",
+                    blocksize=max(1, rate * self.block_ms // 1000),
+                    callback=self._callback,
+                )
+                self._running.clear()
+                stream.start()
+            except Exception as exc:
+                raise DeviceError(
+                    f"cannot open input device {device.name!r} at {rate} Hz: {exc}"
+                ) from exc
+            with self._lock:
+                self._stream, self.device, self.device_rate = stream, device, rate
+            OPEN_STREAMS.add(1)
+            release_alsa_plugins()
         # PulseAudio through ALSA delivers nothing for ~1.5 s after a stream opens (and drops
         # that audio): wait until blocks flow so "open" means "listening".
         self.warm = self._running.wait(self.warmup_timeout_s)
@@ -303,8 +322,11 @@ class MicCapture:
         with self._lock:
             stream, self._stream = self._stream, None
         if stream is not None:
-            OPEN_STREAMS.add(-1)
-            try:
-                stream.abort()
-            finally:
-                stream.close()
+            with PORTAUDIO_LOCK:  # (counted open until closed: no rescan under a closing stream)
+                try:
+                    stream.abort()
+                finally:
+                    try:
+                        stream.close()
+                    finally:
+                        OPEN_STREAMS.add(-1)
