@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bolt_agent.benchmarks.page_cache import evict_stack_files
 from bolt_agent.benchmarks.report import write_json
 from bolt_agent.benchmarks.stack_host import rss_mb
 
@@ -44,6 +45,7 @@ def node_processes(nodes: list[str], log=print) -> dict[str, Any]:
     try:
         for node in nodes:
             cfg = {"profile": "reachy_mini", "overrides": {}, "nodes": [node]}
+            evict_stack_files(log)
             proc = _Proc(
                 ["-m", "bolt_agent.benchmarks.stack_host", json.dumps(cfg)],
                 pulse.env(sink="robot_speaker", source="user_mouth.monitor"),

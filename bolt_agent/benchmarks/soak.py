@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bolt_agent.benchmarks.page_cache import evict_stack_files
 from bolt_agent.benchmarks.voice_loop import UTTERANCES, Listener, _Proc
 
 MB_PER_MIB = 1.048576
@@ -194,6 +195,7 @@ def run_soak(
             "nodes": nodes or [],
             **(host or {}),
         }
+        details["page_cache"] = evict_stack_files(log)
         stack = _Proc(
             ["-m", "bolt_agent.benchmarks.stack_host", json.dumps(cfg)],
             pulse.env(sink="robot_speaker", source="user_mouth.monitor"),

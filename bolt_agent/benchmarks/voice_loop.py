@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from bolt_agent.benchmarks.audio_procs import RATE, read_recording
+from bolt_agent.benchmarks.page_cache import evict_stack_files
 from bolt_agent.benchmarks.pulse import start_bench_pulse
 
 THRESHOLD = 0.01  # |x| above this is "non-silent" (as test/audio_fixtures)
@@ -464,6 +465,7 @@ def run_voice_loop(
         )
         procs.append(player)
         cfg = json.dumps({"profile": profile, "overrides": overrides or {}, **(host or {})})
+        page_cache = evict_stack_files(log)  # RSS as after a boot, not after a fresh install
         stack = _Proc(
             ["-m", "bolt_agent.benchmarks.stack_host", cfg],
             pulse.env(sink="robot_speaker", source="user_mouth.monitor"),
@@ -505,6 +507,7 @@ def run_voice_loop(
         "rss_ready": ready["rss"],
         "startup_work_s": ready["startup_work_s"],  # the first turn waits for it (LLM prefill)
         "rss_end": rss_end,
+        "page_cache": page_cache,
         "diagnostics": diagnostics,
         "recording_s": len(audio) / RATE,
     }

@@ -130,7 +130,12 @@ def run_bench(args) -> int:
     # memory of the embedded stack (RSS per node = RSS growth during its configure + activate)
     mb = model_bytes()
     rss = loop["rss_ready"]
-    result["memory"] = {"rss_ready": rss, "rss_end": loop["rss_end"], "model_bytes": mb}
+    result["memory"] = {
+        "rss_ready": rss,
+        "rss_end": loop["rss_end"],
+        "model_bytes": mb,
+        "page_cache": loop["page_cache"],
+    }
     # between the nodes' activation and the first turn (llm_node's prefill of the prompt); the
     # "ready" RSS is taken after it
     result["startup_work_s"] = loop.get("startup_work_s")
