@@ -287,7 +287,7 @@ def contention(engine, ours, cfg: dict) -> dict:
             for threads in (2, 1):
                 _set_threads(engine.llm, threads)
                 res[f"{label}_threads{threads}_tok_s"] = statistics.median(
-                    ours()[1] for _ in range(max(1, cfg.get("llm_runs", 3) - 1))
+                    ours()[1] for _ in range(1 if cfg.get("quick") else 2)
                 )
         finally:
             if hog is not None:

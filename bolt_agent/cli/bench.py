@@ -156,7 +156,9 @@ def run_bench(args) -> int:
         "voice": {n: effective_params(spec, n) for n in ("llm_node", "asr_node", "tts_node")},
         "wavs": [str(p) for p in sorted(work.glob("utt*.wav"))][: max(2, len(v2v))],
         "parts": ["raw", "llm"] if args.quick else ["raw", "llm", "speech"],
-        "llm_runs": 1 if args.quick else 3,
+        # node ÷ raw decode: the median of 7 interleaved runs a side (3 moved the ratio by ±0.05
+        # between runs of the same code on this machine)
+        "llm_runs": 1 if args.quick else 7,
         "llm_tokens": 16 if args.quick else 64,
         "history_tokens": 1000 if args.quick else 4000,
         "knob_runs": 1,
