@@ -45,7 +45,7 @@ def node_processes(nodes: list[str], log=print) -> dict[str, Any]:
     try:
         for node in nodes:
             cfg = {"profile": "reachy_mini", "overrides": {}, "nodes": [node]}
-            evict_stack_files(log)
+            page_cache = evict_stack_files(log)
             proc = _Proc(
                 ["-m", "bolt_agent.benchmarks.stack_host", json.dumps(cfg)],
                 pulse.env(sink="robot_speaker", source="user_mouth.monitor"),
@@ -65,6 +65,7 @@ def node_processes(nodes: list[str], log=print) -> dict[str, Any]:
                 "rss_ready_mib": before["VmRSS"],
                 "anon_ready_mib": before["RssAnon"],
                 "trim_returns_mib": before["VmRSS"] - after["VmRSS"],
+                "page_cache": page_cache,
             }
             log(
                 f"{node}: RSS {before['VmRSS']:.1f} MiB, a trim returns "

@@ -6,17 +6,20 @@ pip unpacking the wheels, the bundled models) sit in the cache as large folios, 
 maps more of them than it does once they were read from disk: measured here, the stack process
 after ``rclpy`` was 61.1 MiB right after a fresh set-up and 49.4 MiB after ``drop_caches``
 (``libfastdds`` 11.6 against 5.8 MiB resident). On the robot the libraries are read from disk
-after boot, so the benchmark measures that state: it asks the kernel to drop the clean cached
-pages of these files (``posix_fadvise(DONTNEED)``, no root needed) before it starts a stack.
-Pages a running process maps stay; ``evict`` reports how much of the files is still cached.
+after boot, so the benchmark comes close to that state: it asks the kernel to drop the clean
+cached pages of these files (``posix_fadvise(DONTNEED)``, no root needed) before it starts any
+process of a run. Pages a running process maps stay (the benchmark's own numpy, PulseAudio's
+libraries): ``evict`` reports how much of the files is still cached, and which.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import os
 import sys
+import sysconfig
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -60,25 +63,33 @@ def cached_bytes(path: str | os.PathLike) -> int:
 
 
 def evict(paths: Iterable[str | os.PathLike]) -> dict[str, Any]:
-    """Drop the clean, unmapped page-cache pages of ``paths``; MiB cached before and after
-    (what is left is mapped by a running process, or dirty), and the files that keep most."""
+    """Drop the clean, unmapped page-cache pages of ``paths`` (each file once, links resolved);
+    MiB cached before and after (what is left is mapped by a running process, or dirty), and
+    the files that keep most. A file that cannot be measured is still evicted."""
+    seen: set[Path] = set()
     files, before, after = 0, 0, 0
     kept: dict[str, int] = {}
     for path in paths:
-        try:
-            before += cached_bytes(path)
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
-            left = cached_bytes(path)
-            files += 1
-            after += left
-            if left:
-                kept[os.fspath(path)] = left
-        except OSError:  # gone, unreadable, or not a mappable file: not part of the measurement
+        real = Path(path).resolve()
+        if real in seen or not real.is_file():
             continue
+        seen.add(real)
+        try:
+            fd = os.open(real, os.O_RDONLY)
+        except OSError:  # unreadable: not part of the measurement
+            continue
+        try:
+            with contextlib.suppress(OSError):
+                before += cached_bytes(real)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            files += 1
+            with contextlib.suppress(OSError):
+                left = cached_bytes(real)
+                after += left
+                if left:
+                    kept[str(real)] = left
+        finally:
+            os.close(fd)
     mib = 1024 * 1024
     top = sorted(kept.items(), key=lambda kv: -kv[1])[:8]
     return {
@@ -89,20 +100,30 @@ def evict(paths: Iterable[str | os.PathLike]) -> dict[str, Any]:
     }
 
 
+SYSTEM_PREFIXES = {Path("/"), Path("/usr"), Path("/usr/local")}
+
+
 def stack_files() -> list[Path]:
-    """The files a stack process maps: the environment's shared libraries (``*.so*`` under
-    ``sys.prefix``), libpython, and the bundled models' files."""
+    """The files a stack process maps: the shared libraries (``*.so*``) of the virtual
+    environment and of the ROS prefixes (``AMENT_PREFIX_PATH``), the interpreter and libpython,
+    and the bundled models' files. A system-wide prefix (``/usr``) is never walked whole."""
     from bolt_agent.core.models import ModelNotFoundError, resolve_model
 
-    roots = {Path(sys.prefix)}
-    files = [p for root in roots for p in root.rglob("*.so*") if p.is_file()]
-    files += Path(sys.base_prefix, "lib").glob("libpython*.so*")
+    roots = {Path(p) for p in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep) if p}
+    if sys.prefix != sys.base_prefix:  # a virtual environment
+        roots.add(Path(sys.prefix))
+    files = [Path(sys.executable)]
+    for root in sorted(roots - SYSTEM_PREFIXES):
+        files += root.rglob("*.so*")
+    libdir, library = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("LDLIBRARY")
+    if libdir and library:
+        files.append(Path(libdir, library))
     for kind in ("llm", "asr", "tts"):
         try:
             model = resolve_model("", kind=kind)
         except ModelNotFoundError:
             continue
-        files += [p for p in model.rglob("*") if p.is_file()] if model.is_dir() else [model]
+        files += model.rglob("*") if model.is_dir() else [model]
     return files
 
 

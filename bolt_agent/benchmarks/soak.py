@@ -178,6 +178,7 @@ def run_soak(
     overrides.setdefault("llm_node", {}).setdefault("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
     with_tts = not nodes or "tts_node" in nodes
     work.mkdir(parents=True, exist_ok=True)
+    page_cache = evict_stack_files(log)  # before any process of the run maps them
     pulse = PulseServer.start(work)
     stack = None
     lis = None
@@ -186,6 +187,7 @@ def run_soak(
         "overrides": overrides,
         "nodes": nodes or "all",
         "trace": trace,
+        "page_cache": page_cache,
     }
     t_start = time.monotonic()
     try:
@@ -195,7 +197,6 @@ def run_soak(
             "nodes": nodes or [],
             **(host or {}),
         }
-        details["page_cache"] = evict_stack_files(log)
         stack = _Proc(
             ["-m", "bolt_agent.benchmarks.stack_host", json.dumps(cfg)],
             pulse.env(sink="robot_speaker", source="user_mouth.monitor"),

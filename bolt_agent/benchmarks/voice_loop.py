@@ -448,6 +448,9 @@ def run_voice_loop(
 ) -> dict:
     """Run ``turns`` acoustic turns; returns per-turn outcomes, stack RSS and the recording."""
     utts = make_utterances(work, turns)
+    # before any process of the run maps the libraries: file pages as after a boot, not as a
+    # fresh install's large folios (page_cache.py)
+    page_cache = evict_stack_files(log)
     pulse = start_bench_pulse(work)
     procs: list[_Proc] = []
     listener = None
@@ -465,7 +468,6 @@ def run_voice_loop(
         )
         procs.append(player)
         cfg = json.dumps({"profile": profile, "overrides": overrides or {}, **(host or {})})
-        page_cache = evict_stack_files(log)  # RSS as after a boot, not after a fresh install
         stack = _Proc(
             ["-m", "bolt_agent.benchmarks.stack_host", cfg],
             pulse.env(sink="robot_speaker", source="user_mouth.monitor"),

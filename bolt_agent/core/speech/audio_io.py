@@ -7,6 +7,7 @@ raises ``DeviceNotFoundError`` whose message lists what is available. ``MicCaptu
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
@@ -37,8 +38,10 @@ class _StreamCount:
 
 OPEN_STREAMS = _StreamCount()
 # PortAudio's (re-)initialisation walks ALSA's global configuration without alsa-lib's lock, so
-# a rescan, a stream opening or closing, and ``release_alsa_plugins`` never run at the same time
-# (two nodes in one process open their devices from their own threads)
+# a rescan, a stream opening or closing, and ``release_alsa_plugins`` take this lock (two nodes
+# in one process open their devices from their own threads; a slow scan or a stuck close holds
+# the other node's open for that long). An audio callback must never take it: ``close`` holds
+# it while PortAudio waits for the callback thread to finish.
 PORTAUDIO_LOCK = threading.RLock()
 
 
@@ -272,6 +275,7 @@ class MicCapture:
             device = find_device(self.device_spec, "input", rescan)
             rate = supported_rate(device, self.rate, "input")
             self._start(rate)
+            stream = None
             try:
                 stream = sd.InputStream(
                     device=device.index,
@@ -284,6 +288,9 @@ class MicCapture:
                 self._running.clear()
                 stream.start()
             except Exception as exc:
+                if stream is not None:  # opened but would not start: not left open, uncounted
+                    with contextlib.suppress(Exception):
+                        stream.close()
                 raise DeviceError(
                     f"cannot open input device {device.name!r} at {rate} Hz: {exc}"
                 ) from exc
@@ -323,10 +330,10 @@ class MicCapture:
             stream, self._stream = self._stream, None
         if stream is not None:
             with PORTAUDIO_LOCK:  # (counted open until closed: no rescan under a closing stream)
-                try:
+                # a stream whose device is gone may refuse to abort: it is closed anyway
+                with contextlib.suppress(Exception):
                     stream.abort()
+                try:
+                    stream.close()
                 finally:
-                    try:
-                        stream.close()
-                    finally:
-                        OPEN_STREAMS.add(-1)
+                    OPEN_STREAMS.add(-1)

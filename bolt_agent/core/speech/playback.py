@@ -178,6 +178,7 @@ class Player:
         with PORTAUDIO_LOCK:
             device = find_device(self.device_spec, "output", rescan)
             rate = supported_rate(device, self.sample_rate, "output")
+            stream = None
             try:
                 stream = sd.OutputStream(
                     device=device.index,
@@ -193,6 +194,9 @@ class Player:
                 self._warm_frames = int(rate * (stream.latency + 0.1))
                 stream.start()
             except Exception as exc:
+                if stream is not None:  # opened but would not start: not left open, uncounted
+                    with contextlib.suppress(Exception):
+                        stream.close()
                 raise DeviceError(
                     f"cannot open output device {device.name!r} at {rate} Hz: {exc}"
                 ) from exc
