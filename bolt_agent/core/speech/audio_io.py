@@ -122,6 +122,49 @@ def release_alsa_plugins() -> bool:
         return free_global() == 0
 
 
+def open_stream(
+    kind: Kind,
+    device_spec: str | int | None,
+    rate: int,
+    rescan: bool,
+    make: Callable[[DeviceInfo, int], Any],
+) -> tuple[Any, DeviceInfo, int]:
+    """Find the device, pick its rate, build the stream (``make(device, rate)``, not started)
+    and start it, under ``PORTAUDIO_LOCK``; then it is counted open and the ALSA plugins no
+    stream uses are released. A stream that opens but will not start is closed again.
+    Returns (stream, device, rate); ``DeviceError`` says why it could not."""
+    with PORTAUDIO_LOCK:
+        device = find_device(device_spec, kind, rescan)
+        rate = supported_rate(device, rate, kind)
+        stream = None
+        try:
+            stream = make(device, rate)
+            stream.start()
+        except Exception as exc:
+            if stream is not None:
+                with contextlib.suppress(Exception):
+                    stream.close()
+            raise DeviceError(
+                f"cannot open {kind} device {device.name!r} at {rate} Hz: {exc}"
+            ) from exc
+        OPEN_STREAMS.add(1)
+        release_alsa_plugins()
+        return stream, device, rate
+
+
+def close_stream(stream: Any) -> None:
+    """Abort and close a stream ``open_stream`` opened, under ``PORTAUDIO_LOCK``; it counts as
+    open until closed (no rescan under a closing stream). A stream whose device is gone may
+    refuse to abort: it is closed anyway."""
+    with PORTAUDIO_LOCK:
+        with contextlib.suppress(Exception):
+            stream.abort()
+        try:
+            stream.close()
+        finally:
+            OPEN_STREAMS.add(-1)
+
+
 def describe_devices(devices: Sequence[DeviceInfo], kind: Kind) -> str:
     if not devices:
         return f"no {kind} devices"
@@ -271,33 +314,23 @@ class MicCapture:
 
     def open(self, rescan: bool = False) -> None:
         sd = _sd()
-        with PORTAUDIO_LOCK:
-            device = find_device(self.device_spec, "input", rescan)
-            rate = supported_rate(device, self.rate, "input")
+
+        def make(device: DeviceInfo, rate: int):
             self._start(rate)
-            stream = None
-            try:
-                stream = sd.InputStream(
-                    device=device.index,
-                    samplerate=rate,
-                    channels=1,
-                    dtype="float32",
-                    blocksize=max(1, rate * self.block_ms // 1000),
-                    callback=self._callback,
-                )
-                self._running.clear()
-                stream.start()
-            except Exception as exc:
-                if stream is not None:  # opened but would not start: not left open, uncounted
-                    with contextlib.suppress(Exception):
-                        stream.close()
-                raise DeviceError(
-                    f"cannot open input device {device.name!r} at {rate} Hz: {exc}"
-                ) from exc
-            with self._lock:
-                self._stream, self.device, self.device_rate = stream, device, rate
-            OPEN_STREAMS.add(1)
-            release_alsa_plugins()
+            stream = sd.InputStream(
+                device=device.index,
+                samplerate=rate,
+                channels=1,
+                dtype="float32",
+                blocksize=max(1, rate * self.block_ms // 1000),
+                callback=self._callback,
+            )
+            self._running.clear()
+            return stream
+
+        opened = open_stream("input", self.device_spec, self.rate, rescan, make)
+        with self._lock:
+            self._stream, self.device, self.device_rate = opened
         # PulseAudio through ALSA delivers nothing for ~1.5 s after a stream opens (and drops
         # that audio): wait until blocks flow so "open" means "listening".
         self.warm = self._running.wait(self.warmup_timeout_s)
@@ -329,11 +362,4 @@ class MicCapture:
         with self._lock:
             stream, self._stream = self._stream, None
         if stream is not None:
-            with PORTAUDIO_LOCK:  # (counted open until closed: no rescan under a closing stream)
-                # a stream whose device is gone may refuse to abort: it is closed anyway
-                with contextlib.suppress(Exception):
-                    stream.abort()
-                try:
-                    stream.close()
-                finally:
-                    OPEN_STREAMS.add(-1)
+            close_stream(stream)

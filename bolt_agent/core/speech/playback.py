@@ -14,7 +14,6 @@ player and opens it again once the device is back (``open`` refuses a missing si
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections import deque
@@ -25,17 +24,14 @@ from typing import Any
 import numpy as np
 
 from bolt_agent.core.speech.audio_io import (
-    OPEN_STREAMS,
-    PORTAUDIO_LOCK,
     DeviceError,
     DeviceInfo,
     DeviceNotFoundError,
     StreamResampler,
-    find_device,
+    close_stream,
     float_to_int16,
     int16_to_float,
-    release_alsa_plugins,
-    supported_rate,
+    open_stream,
 )
 from bolt_agent.core.speech.pulse_route import PulseRoute, PulseRouteError
 
@@ -175,34 +171,24 @@ class Player:
 
         if self.route is not None and not self._route_ok(lambda r: r.sink_exists()):
             raise DeviceNotFoundError(f"PulseAudio sink {self.route.sink!r} not found")
-        with PORTAUDIO_LOCK:
-            device = find_device(self.device_spec, "output", rescan)
-            rate = supported_rate(device, self.sample_rate, "output")
-            stream = None
-            try:
-                stream = sd.OutputStream(
-                    device=device.index,
-                    samplerate=rate,
-                    channels=1,
-                    dtype="int16",
-                    blocksize=max(1, rate * self.block_ms // 1000),
-                    latency=self.latency,
-                    callback=self._callback,
-                )
-                self._frames = 0
-                self._running.clear()
-                self._warm_frames = int(rate * (stream.latency + 0.1))
-                stream.start()
-            except Exception as exc:
-                if stream is not None:  # opened but would not start: not left open, uncounted
-                    with contextlib.suppress(Exception):
-                        stream.close()
-                raise DeviceError(
-                    f"cannot open output device {device.name!r} at {rate} Hz: {exc}"
-                ) from exc
-            self._stream, self.device, self.device_rate = stream, device, rate
-            OPEN_STREAMS.add(1)
-            release_alsa_plugins()
+
+        def make(device: DeviceInfo, rate: int):
+            stream = sd.OutputStream(
+                device=device.index,
+                samplerate=rate,
+                channels=1,
+                dtype="int16",
+                blocksize=max(1, rate * self.block_ms // 1000),
+                latency=self.latency,
+                callback=self._callback,
+            )
+            self._frames = 0
+            self._running.clear()
+            self._warm_frames = int(rate * (stream.latency + 0.1))
+            return stream
+
+        opened = open_stream("output", self.device_spec, self.sample_rate, rescan, make)
+        self._stream, self.device, self.device_rate = opened
         # Some back ends (PulseAudio through ALSA) hold a new stream for ~1.5 s before its clock
         # runs; wait for that here so the first sentence is not delayed.
         self.warm = self._running.wait(self.warmup_timeout_s)
@@ -314,14 +300,7 @@ class Player:
         self._queue.clear()
         self._broken = ""
         if stream is not None:
-            with PORTAUDIO_LOCK:  # (counted open until closed: no rescan under a closing stream)
-                # a stream whose device is gone may refuse to abort: it is closed anyway
-                with contextlib.suppress(Exception):
-                    stream.abort()
-                try:
-                    stream.close()
-                finally:
-                    OPEN_STREAMS.add(-1)
+            close_stream(stream)
 
 
 class PacedSink:
