@@ -225,8 +225,11 @@ def test_the_first_window_keeps_a_clean_transcript_and_redoes_a_runaway_one(
     monkeypatch,
 ):
     """``first_window_s`` (asr_node's ``encoder_first_window_s``): Piper's two lines come out
-    of the shorter window with the full window's words; with a token budget too small for any
-    sentence, every transcript is redone with the full window and still gives its words."""
+    of the shorter window with the full window's words (its punctuation may differ: "Hello
+    there, let me …" against "Hello there. Let me …" on an AVX-512 EPYC); with a token budget
+    too small for any sentence, every transcript is redone with the full window and gives the
+    full window's text."""
+    from bolt_agent.benchmarks.pad_accuracy import words
     from bolt_agent.core.speech import asr_engine
     from bolt_agent.core.speech.asr_engine import WhisperEngine
 
@@ -239,7 +242,7 @@ def test_the_first_window_keeps_a_clean_transcript_and_redoes_a_runaway_one(
         speech_wav.audio[max(0, a - 4000) : b + 1600] for a, b in speech_wav.truth
     ]  # fmt: skip
     expected = [full.transcribe(audio).text for audio in lines]
-    assert [first.transcribe(audio).text for audio in lines] == expected
+    assert [words(first.transcribe(audio).text) for audio in lines] == [words(t) for t in expected]
     assert first.first_window_kept == len(lines) and first.first_window_redone == {}
     assert full.first_window_kept == 0  # (off by default in the engine)
 
