@@ -28,6 +28,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bolt_agent.benchmarks.page_cache import evict
+
 PAGE = os.sysconf("SC_PAGE_SIZE")
 FAULT_AROUND = 64 * 1024  # Linux fault_around_bytes default (debugfs; not readable unprivileged)
 
@@ -110,9 +112,7 @@ def measure(
 
     from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
 
-    fd = os.open(model, os.O_RDONLY)
-    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # a cold file, as after a reboot
-    os.close(fd)
+    evict([model])  # a cold file, as after a reboot
     engine = LlamaEngine(
         LlamaConfig(model, n_ctx=512, n_batch=n_ubatch, n_ubatch=n_ubatch, embeddings=embeddings)
     ).load()

@@ -24,6 +24,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from bolt_agent.core.models import ModelNotFoundError, resolve_model
+
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = (
@@ -107,8 +109,6 @@ def stack_files() -> list[Path]:
     """The files a stack process maps: the shared libraries (``*.so*``) of the virtual
     environment and of the ROS prefixes (``AMENT_PREFIX_PATH``), the interpreter and libpython,
     and the bundled models' files. A system-wide prefix (``/usr``) is never walked whole."""
-    from bolt_agent.core.models import ModelNotFoundError, resolve_model
-
     roots = {Path(p) for p in os.environ.get("AMENT_PREFIX_PATH", "").split(os.pathsep) if p}
     if sys.prefix != sys.base_prefix:  # a virtual environment
         roots.add(Path(sys.prefix))
