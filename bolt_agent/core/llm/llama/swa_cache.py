@@ -38,6 +38,11 @@ from llama_cpp import llama_cpp as capi
 
 SWA_ONLY = capi.LLAMA_STATE_SEQ_FLAGS_SWA_ONLY
 SEQ = 0  # the engine decodes one sequence
+#: checkpoints copy the whole SWA cache (it holds the engine's one sequence): llama.cpp's copy of
+#: a sequence leaves out the cells outside the window of its last position, so it holds only
+#: [pos - n_swa, pos) and a rollback before ``pos`` restored from it would decode on with the
+#: oldest positions of its window missing
+ALL_CELLS = -1
 log = logging.getLogger(__name__)
 
 
@@ -110,7 +115,9 @@ class SwaGuard:
         # the one that gives back the most first; the other if llama.cpp refuses it
         for cp in sorted((self._anchor, self._recent), key=lambda c: -self._serves(c, keep)):
             k = self._serves(cp, keep)
-            if k and capi.llama_state_seq_set_data_ext(self._ctx, cp.buf, cp.size, SEQ, SWA_ONLY):
+            if k and capi.llama_state_seq_set_data_ext(
+                self._ctx, cp.buf, cp.size, ALL_CELLS, SWA_ONLY
+            ):
                 self.restored += 1
                 return k
         self.refilled += 1
@@ -134,9 +141,9 @@ class SwaGuard:
             # serves no rollback at all (each needs that window), so the older one stays
             self.kept_anchor += 1
             return
-        size = capi.llama_state_seq_get_size_ext(self._ctx, SEQ, SWA_ONLY)
+        size = capi.llama_state_seq_get_size_ext(self._ctx, ALL_CELLS, SWA_ONLY)
         if cp.buf is None or len(cp.buf) < size:
             cp.buf = (ctypes.c_uint8 * size)()
-        cp.size = capi.llama_state_seq_get_data_ext(self._ctx, cp.buf, size, SEQ, SWA_ONLY)
+        cp.size = capi.llama_state_seq_get_data_ext(self._ctx, cp.buf, size, ALL_CELLS, SWA_ONLY)
         cp.pos = n if cp.size else -1
         cp.pos_min = pos_min
