@@ -25,7 +25,13 @@ A held preemptive answer has no few-shot exchange: with one slot, its second-tok
 replaced the anchor one, and the next rollback to the anchor found nothing. A rollback to a point
 before a checkpoint *cuts it back* to that point while it still holds the window there (the K/V
 of a position depends only on the tokens up to it): dropping it instead lost the anchor
-checkpoint to the end-of-turn probe's one-word rollbacks.
+checkpoint to the end-of-turn probe's one-word rollbacks. For that a checkpoint copies every cell
+of the SWA cache (``ALL_CELLS``), from the live cache's oldest position on.
+
+The copies are taken when the slot is set, not deferred until a decode may take the window:
+llama.cpp's cell allocator can purge more positions than a decode adds (a 59-token decode moved
+the oldest cached position by 117 in a fuzz of prompts, rollbacks and restores), so no bound
+computed before a decode says when the last moment is.
 """
 
 from __future__ import annotations
