@@ -300,3 +300,46 @@ def test_an_anchor_checkpoint_from_a_cache_that_lost_the_window_keeps_the_older_
         assert before[0] == anchor and before[1] <= anchor - guard.n_swa  # it still serves
     finally:
         eng.close()
+
+
+def test_a_context_of_several_sequences_is_refused_with_the_small_window(model_path):
+    """The guard's checkpoints copy and restore the whole sliding-window cache, every sequence
+    in it: a context of several (llama-cpp-python's embedding mode) is refused at load, with the
+    way out in the message."""
+    from bolt_agent.core.llm.types import EngineError
+
+    with pytest.raises(EngineError, match=r"one sequence.*swa_full"):
+        _engine(model_path, extra={"embedding": True})
+    full = _engine(model_path, swa_full=True, extra={"embedding": True})
+    full.close()  # a full-size window needs no guard
+
+
+def test_a_checkpoint_restored_before_its_end_decodes_as_a_fresh_cache_would(model_path):
+    """A checkpoint taken at 1,000 tokens, cut back to 990 and restored once the live cache has
+    lost that window, then the next 10 tokens decoded: the logits equal those of decoding the
+    1,000 tokens into an empty cache (a copy missing the oldest positions of the window would
+    attend to fewer keys)."""
+    import numpy as np
+
+    eng = _engine(model_path)
+    try:
+        llm, guard = eng.llm, eng.swa_guard
+        tokens = eng.tokenize(HISTORY + " " + THOUGHT)
+        assert len(tokens) > 1350
+        llm.eval(tokens[:1000])
+        guard.checkpoint()
+        llm.eval(tokens[1000:1350])
+        assert _pos_min(eng) > 990 - guard.n_swa  # the live cache lost the window of 990
+        assert guard.safe_keep(990) == 990 and guard.restored == 1
+        llm.n_tokens = 990
+        llm.eval(tokens[990:1000])
+        n_vocab = llm.n_vocab()
+        restored = np.ctypeslib.as_array(capi.llama_get_logits_ith(llm._ctx.ctx, -1), (n_vocab,))
+        restored = restored.copy()
+        llm.reset()
+        llm.eval(tokens[:1000])
+        fresh = np.ctypeslib.as_array(capi.llama_get_logits_ith(llm._ctx.ctx, -1), (n_vocab,))
+        assert int(restored.argmax()) == int(fresh.argmax())
+        assert float(np.abs(restored - fresh).max()) < 1e-3
+    finally:
+        eng.close()

@@ -184,6 +184,7 @@ def test_the_k_cache_is_q8_0_on_the_cpu_and_matches_v_with_flash_attention():
     from llama_cpp import llama_cpp as capi
 
     from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
+    from bolt_agent.core.llm.llama.swa_cache import ALL_CELLS
     from bolt_agent.core.models import resolve_model
 
     def kinds(**kw) -> tuple[int, int]:
@@ -204,7 +205,7 @@ def test_the_k_cache_is_q8_0_on_the_cpu_and_matches_v_with_flash_attention():
             engine.llm.eval(engine.llm.tokenize(b"The robot looks around the room. " * 40))
             ctx = engine.llm._ctx.ctx
             sizes[kind] = capi.llama_state_seq_get_size_ext(
-                ctx, 0, capi.LLAMA_STATE_SEQ_FLAGS_SWA_ONLY
+                ctx, ALL_CELLS, capi.LLAMA_STATE_SEQ_FLAGS_SWA_ONLY
             )
         finally:
             engine.close()

@@ -81,7 +81,15 @@ class SwaGuard:
     def for_llama(cls, llm, swa_full: bool) -> SwaGuard | None:
         """A guard when the model has sliding-window layers and the cache is not full-size."""
         n_swa = int(capi.llama_model_n_swa(llm._model.model))
-        return cls(llm, n_swa) if n_swa > 0 and not swa_full else None
+        if n_swa <= 0 or swa_full:
+            return None
+        if (n_seq := capi.llama_n_seq_max(llm._ctx.ctx)) != 1:
+            # its copies and restores take the whole SWA cache, every sequence in it
+            raise ValueError(
+                f"a small sliding-window cache needs a context of one sequence, not {n_seq} "
+                "(or swa_full: true)"
+            )
+        return cls(llm, n_swa)
 
     @property
     def anchor_pos(self) -> int:
