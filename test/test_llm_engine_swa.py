@@ -71,6 +71,14 @@ def _pos_min(engine: LlamaEngine) -> int:
     return capi.llama_memory_seq_pos_min(capi.llama_get_memory(engine.llm._ctx.ctx), 0)
 
 
+def _last_logits(engine: LlamaEngine):
+    """A copy of the logits of the last decoded position."""
+    import numpy as np
+
+    logits = capi.llama_get_logits_ith(engine.llm._ctx.ctx, -1)
+    return np.ctypeslib.as_array(logits, (engine.llm.n_vocab(),)).copy()
+
+
 def _shared(a: list[int], b: list[int]) -> int:
     n = 0
     while n < min(len(a), len(b)) and a[n] == b[n]:
@@ -200,10 +208,9 @@ def test_a_sampled_token_is_handed_out_before_its_forward_pass(model_path):
 
         eng.llm.reset()  # reference: each token evaluated as soon as it is chosen
         eng.llm.eval(eng.tokenize(prompt))
-        n_vocab, ref = eng.llm.n_vocab(), []
+        ref = []
         for _ in range(8):
-            logits = capi.llama_get_logits_ith(eng.llm._ctx.ctx, -1)
-            ref.append(int(np.argmax(np.ctypeslib.as_array(logits, (n_vocab,)))))
+            ref.append(int(np.argmax(_last_logits(eng))))
             eng.llm.eval([ref[-1]])
         assert ids == ref
     finally:
@@ -333,12 +340,10 @@ def test_a_checkpoint_restored_before_its_end_decodes_as_a_fresh_cache_would(mod
         assert guard.safe_keep(990) == 990 and guard.restored == 1
         llm.n_tokens = 990
         llm.eval(tokens[990:1000])
-        n_vocab = llm.n_vocab()
-        restored = np.ctypeslib.as_array(capi.llama_get_logits_ith(llm._ctx.ctx, -1), (n_vocab,))
-        restored = restored.copy()
+        restored = _last_logits(eng)
         llm.reset()
         llm.eval(tokens[:1000])
-        fresh = np.ctypeslib.as_array(capi.llama_get_logits_ith(llm._ctx.ctx, -1), (n_vocab,))
+        fresh = _last_logits(eng)
         assert int(restored.argmax()) == int(fresh.argmax())
         assert float(np.abs(restored - fresh).max()) < 1e-3
     finally:
