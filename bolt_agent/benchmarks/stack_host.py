@@ -13,7 +13,9 @@ one JSON line each; ``quit`` (or EOF) shuts it down cleanly. Commands (the soak'
 - ``rss``: ``{"event": "rss", "rss": {VmRSS, VmHWM, RssAnon, RssFile}}`` (MiB)
 - ``sample``: the same plus glibc's ``mallinfo2`` (``malloc_in_use``, ``malloc_free_held``, MiB),
   the thread count and, while tracing, tracemalloc's current/peak (MiB)
-- ``smaps``: resident MiB by mapping (model files, shared libraries, anonymous memory)
+- ``smaps``: resident MiB by mapping (model files, shared libraries, anonymous memory; the
+  biggest anonymous mappings one by one)
+- ``pymalloc``: Python's small-object arenas, the blocks in use and the free ones they keep
 - ``objects``: live Python objects counted by type (``gc.get_objects``; types with ≥ 10)
 - ``containers``: ``len()`` of every dict/list/set/deque reachable from the nodes' attributes
   (three levels deep, ``node.attr.attr``): per-turn bookkeeping that is never pruned shows here
@@ -42,6 +44,7 @@ import functools
 import gc
 import itertools
 import json
+import os
 import sys
 import threading
 import time
@@ -64,13 +67,19 @@ def smaps_mb(pid: int | str = "self", top: int = 40) -> dict[str, Any]:
     libraries), anonymous mappings as ``[anon]`` (heap, mmapped blocks, thread stacks), plus the
     totals of shared-library code (``*.so*``) and of the model files."""
     by: collections.Counter[str] = collections.Counter()
-    name = "[anon]"
+    anon: list[tuple[float, float]] = []  # (size, resident) MiB of each anonymous mapping
+    name, size = "[anon]", 0.0
     for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
         head = line.split(None, 5)
         if len(head) >= 5 and "-" in head[0] and not head[0].endswith(":"):
             name = head[5].strip() if len(head) == 6 and head[5].strip() else "[anon]"
+            low, high = (int(x, 16) for x in head[0].split("-"))
+            size = (high - low) / 2**20
         elif line.startswith("Rss:"):
-            by[name] += int(line.split()[1]) / 1024
+            rss = int(line.split()[1]) / 1024
+            by[name] += rss
+            if name == "[anon]" and rss >= 1.0:
+                anon.append((round(size, 2), round(rss, 2)))
     libs = sum(v for k, v in by.items() if ".so" in Path(k).name)
     models = sum(v for k, v in by.items() if k.endswith((".gguf", ".onnx", ".bin")))
     return {
@@ -78,6 +87,8 @@ def smaps_mb(pid: int | str = "self", top: int = 40) -> dict[str, Any]:
         "shared_libraries": round(libs, 1),
         "model_files": round(models, 1),
         "anon": round(by["[anon]"] + by["[heap]"], 1),
+        # the biggest anonymous mappings (ggml buffers, checkpoints, arenas' heaps, big blocks)
+        "anon_mappings": sorted(anon, key=lambda m: -m[1])[:top],
         "total": round(sum(by.values()), 1),
     }
 
@@ -325,6 +336,37 @@ def module_report() -> dict[str, Any]:
     return {"count": sum(tops.values()), "top": dict(tops.most_common(40))}
 
 
+def pymalloc_mb() -> dict[str, float]:
+    """Python's small-object allocator (``sys._debugmallocstats``, MiB): its arenas (1 MiB
+    each, mapped), the blocks in use, and the free blocks and pools they keep (an arena is
+    returned only once all of it is free)."""
+    import re
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as out:  # it prints to the C stderr
+        saved = os.dup(2)
+        try:
+            sys.stderr.flush()
+            os.dup2(out.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        out.seek(0)
+        text = out.read()
+
+    def number(pattern: str) -> float:
+        found = re.search(pattern, text, re.M)
+        return int(found.group(1).replace(",", "")) / 2**20 if found else -1.0
+
+    return {
+        "arenas_mb": number(r"^Total\s*=\s*([\d,]+)"),  # the first Total: the arenas
+        "in_use_mb": number(r"^# bytes in allocated blocks\s*=\s*([\d,]+)"),
+        "free_blocks_mb": number(r"^# bytes in available blocks\s*=\s*([\d,]+)"),
+        "free_pools_mb": number(r"unused pools \* \d+ bytes\s*=\s*([\d,]+)"),
+    }
+
+
 def sample() -> dict[str, Any]:
     import tracemalloc
 
@@ -358,6 +400,8 @@ def answer(line: str, nodes: dict[str, Any], tracer: _Tracer) -> dict[str, Any] 
         return {"event": "sample", "sample": sample()}
     if cmd == "objects":
         return {"event": "objects", "objects": object_counts()}
+    if cmd == "pymalloc":
+        return {"event": "pymalloc", "pymalloc": pymalloc_mb()}
     if cmd == "smaps":
         return {"event": "smaps", "smaps": smaps_mb()}
     if cmd == "containers":

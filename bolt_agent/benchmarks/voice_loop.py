@@ -479,6 +479,10 @@ def run_voice_loop(
         ready = json.loads(stack.read(240))
         if ready["event"] != "ready":
             raise RuntimeError(f"stack failed to start: {ready['failed']} (see {work}/stack.log)")
+        stack.send("smaps")  # where the memory is when ready (rss_ready is taken before this)
+        smaps_ready = json.loads(stack.read(30))["smaps"]
+        stack.send("pymalloc")
+        smaps_ready["pymalloc"] = json.loads(stack.read(30))["pymalloc"]
         listener = Listener()
         unmatched = listener.wait_matched(30)
         if unmatched:
@@ -493,6 +497,13 @@ def run_voice_loop(
         rss_end = json.loads(stack.read(30))["rss"]
         stack.send("diagnostics")
         diagnostics = json.loads(stack.read(30))["diagnostics"]
+        # after the figures: how much of rss_end was freed heap that a malloc_trim gives back
+        stack.send("smaps")
+        smaps_end = json.loads(stack.read(30))["smaps"]
+        stack.send("pymalloc")
+        smaps_end["pymalloc"] = json.loads(stack.read(30))["pymalloc"]
+        stack.send("trim")
+        trim_end = json.loads(stack.read(30))
         rec.send("flush")
         rec.read(10)
     finally:
@@ -509,6 +520,9 @@ def run_voice_loop(
         "rss_ready": ready["rss"],
         "startup_work_s": ready["startup_work_s"],  # the first turn waits for it (LLM prefill)
         "rss_end": rss_end,
+        "smaps_ready": smaps_ready,
+        "smaps_end": smaps_end,
+        "trim_end": {k: trim_end[k] for k in ("before", "after")},
         "page_cache": page_cache,
         "diagnostics": diagnostics,
         "recording_s": len(audio) / RATE,

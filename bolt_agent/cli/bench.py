@@ -133,6 +133,9 @@ def run_bench(args) -> int:
     result["memory"] = {
         "rss_ready": rss,
         "rss_end": loop["rss_end"],
+        "smaps_ready": loop["smaps_ready"],
+        "smaps_end": loop["smaps_end"],
+        "trim_end": loop["trim_end"],
         "model_bytes": mb,
         "page_cache": loop["page_cache"],
     }
