@@ -33,8 +33,9 @@ class LlmParams:
     )
     n_batch: int = param(256, "prompt batch size", load_time=True, low=1)
     n_ubatch: int = param(
-        256,
-        "physical batch: compute buffer n_vocab x n_ubatch x 4 B, SWA cache n_swa + n_ubatch cells",
+        64,
+        "physical batch: compute buffer n_vocab x n_ubatch x 4 B (the attention scores of "
+        "n_kv x n_ubatch are touched), SWA cache n_swa + n_ubatch cells (padded to 256)",
         load_time=True,
         low=1,
     )

@@ -38,10 +38,13 @@ class LlamaConfig:
     n_threads: int = 2  # decode
     n_threads_batch: int = 0  # prefill (0 = n_threads)
     n_batch: int = 256
-    # physical batch: sizes llama.cpp's compute buffer (4 B x n_vocab x n_ubatch, 257 MiB for
-    # Gemma's 262k vocabulary at 256) and the sliding-window cache (n_swa + n_ubatch cells); 128
-    # saved ~13 MiB of touched buffer here but made prefill 4-8 % slower (docs/benchmarks.md)
-    n_ubatch: int = 256
+    # physical batch: sizes llama.cpp's compute buffer (4 B x n_vocab x n_ubatch of logits, 64
+    # MiB for Gemma's 262k vocabulary, mostly never touched; the attention scores of a
+    # micro-batch, n_kv x n_ubatch per head, are) and the sliding-window cache (n_swa + n_ubatch
+    # cells, padded to 256). 64 instead of 256: 7.4 MiB less of the buffer touched once a
+    # prefill ran at a 4K context; prefills over 64 tokens 16-23 % slower, shorter ones the same
+    # (docs/benchmarks.md, twentieth round)
+    n_ubatch: int = 64
     # full-size sliding-window cache (llama-cpp-python's default): n_ctx cells per SWA layer
     # instead of n_swa + n_ubatch; off, prefix reuse is kept valid by core/swa_cache.SwaGuard
     swa_full: bool = False
