@@ -1,5 +1,5 @@
 """Prefix reuse with a small sliding-window cache (swa_full=False) on the bundled Gemma 3 GGUF,
-whose 15 sliding-window layers keep n_swa (512) + n_ubatch (256) = 768 cells."""
+whose 15 sliding-window layers keep n_swa (512) + n_ubatch (64), padded to 256: 768 cells."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import pytest
 from llama_cpp import llama_cpp as capi
 
 from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
+from bolt_agent.core.llm.llama.swa_cache import ALL_CELLS, CUT_BACK_TOKENS, SWA_ONLY
 from bolt_agent.core.llm.types import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -54,7 +55,7 @@ def test_rollback_past_the_window_restores_the_checkpoint(model_path):
         prompt = HISTORY + " Question: where is the plate?"
         keep = _shared(eng.tokenize(prompt), eng.llm._input_ids.tolist())
         n_swa = eng.swa_guard.n_swa
-        assert first.n_past - keep > 300  # more than n_ubatch tokens past the shared prefix
+        assert first.n_past - keep > 300  # more than the 256 cells past the window
         assert _pos_min(eng) > keep - n_swa  # the live cache lost the window before `keep`
         second = eng.start(prompt)
         assert eng.swa_guard.restored == 1 and eng.swa_guard.refilled == 0
@@ -334,7 +335,13 @@ def test_a_checkpoint_restored_before_its_end_decodes_as_a_fresh_cache_would(mod
         tokens = eng.tokenize(HISTORY + " " + THOUGHT)
         assert len(tokens) > 1350
         llm.eval(tokens[:1000])
+        whole = capi.llama_state_seq_get_size_ext(llm._ctx.ctx, ALL_CELLS, SWA_ONLY)
+        assert _pos_min(eng) == 1000 - 768  # every cell of the cache holds a position
         guard.checkpoint()
+        # the copy keeps the window and the cut-back margin only: 576 of the 768 cells
+        floor = 1000 - guard.n_swa - CUT_BACK_TOKENS
+        assert guard.held()["recent"] == (1000, floor)
+        assert abs(guard._recent.buf.size / whole - 576 / 768) < 0.01
         llm.eval(tokens[1000:1350])
         assert _pos_min(eng) > 990 - guard.n_swa  # the live cache lost the window of 990
         assert guard.safe_keep(990) == 990 and guard.restored == 1
@@ -346,5 +353,32 @@ def test_a_checkpoint_restored_before_its_end_decodes_as_a_fresh_cache_would(mod
         fresh = _last_logits(eng)
         assert int(restored.argmax()) == int(fresh.argmax())
         assert float(np.abs(restored - fresh).max()) < 1e-3
+    finally:
+        eng.close()
+
+
+def test_a_rollback_deeper_than_the_cut_back_margin_drops_the_checkpoint(model_path):
+    """A checkpoint keeps ``CUT_BACK_TOKENS`` positions before its window and no more, so a
+    rollback further back than that cannot be served by it: it is dropped (and counted), and
+    the rollback falls to the live cache, here still whole."""
+    eng = _engine(model_path)
+    try:
+        llm, guard = eng.llm, eng.swa_guard
+        tokens = eng.tokenize(HISTORY + " " + THOUGHT)
+        llm.eval(tokens[:1000])
+        guard.checkpoint()
+        held = guard.held_bytes()
+        assert held > 0
+        assert guard.safe_keep(1000 - CUT_BACK_TOKENS) == 1000 - CUT_BACK_TOKENS
+        assert guard.held()["recent"][0] == 1000 - CUT_BACK_TOKENS  # cut back, kept
+        assert (guard.cut_backs, guard.cut_back_deepest, guard.dropped) == (
+            1,
+            CUT_BACK_TOKENS,
+            0,
+        )
+        assert guard.safe_keep(1000 - CUT_BACK_TOKENS - 1) == 1000 - CUT_BACK_TOKENS - 1
+        assert guard.held()["recent"] == (-1, -1) and guard.dropped == 1
+        assert guard.held_bytes() == 0  # its memory went with it
+        assert (guard.restored, guard.refilled) == (0, 0)  # the live cache served both
     finally:
         eng.close()

@@ -479,6 +479,7 @@ class LlmNode(BoltLifecycleNode):
             counts = {f"preemptive_{k}": v for k, v in held.items()}
             counts.update({f"barge_ins_{k}": v for k, v in self.barge_ins.items()})
             counts["prefills_after_pause"] = self._after_pause_prefills
+        guard = getattr(engine, "swa_guard", None)
         return {
             "model": engine.config.model_path,
             "device": f"GPU ({p.n_gpu_layers} layers)" if p.n_gpu_layers else "CPU",
@@ -494,10 +495,16 @@ class LlmNode(BoltLifecycleNode):
             "startup_prefill_done": self.wait_ready(0),  # never blocks at 0
             # rollbacks past the small sliding-window cache: served by the checkpoint, or a
             # prefill of the whole prompt (seconds on a CPU; should stay 0 in a conversation)
-            "swa_restored": getattr(engine.swa_guard, "restored", 0),
-            "swa_full_prefills": getattr(engine.swa_guard, "refilled", 0),
+            "swa_restored": getattr(guard, "restored", 0),
+            "swa_full_prefills": getattr(guard, "refilled", 0),
             # a stable-prefix checkpoint not taken (the cache had lost the window before it)
-            "swa_anchor_kept": getattr(engine.swa_guard, "kept_anchor", 0),
+            "swa_anchor_kept": getattr(guard, "kept_anchor", 0),
+            # checkpoints cut back to a rollback before their end (the deepest, in tokens), and
+            # those a rollback went further back into than they keep (CUT_BACK_TOKENS)
+            "swa_cut_backs": getattr(guard, "cut_backs", 0),
+            "swa_cut_back_deepest": getattr(guard, "cut_back_deepest", 0),
+            "swa_checkpoints_dropped": getattr(guard, "dropped", 0),
+            "swa_checkpoint_mib": guard.held_bytes() / 2**20 if guard is not None else 0.0,
             **counts,
         }
 

@@ -1,11 +1,12 @@
 """Prefix reuse with a sliding-window KV cache that is not full-size (``swa_full=False``).
 
-llama.cpp then gives the sliding-window (SWA) layers ``n_swa + n_ubatch`` cells instead of
-``n_ctx``, and overwrites the oldest positions once the conversation is longer. Rolling the cache
-back to a shared prefix (a new prompt that diverges from what was just generated) is only valid
-when the ``n_swa`` positions before the rollback point are still cached: a generation that ran
-more than ``n_ubatch`` tokens past that point (a long thought that the next prompt does not
-repeat) has overwritten them, and decoding on would silently attend to a truncated window.
+llama.cpp then gives the sliding-window (SWA) layers ``n_swa + n_ubatch`` cells (padded to 256)
+instead of ``n_ctx``, and overwrites the oldest positions once the conversation is longer. Rolling
+the cache back to a shared prefix (a new prompt that diverges from what was just generated) is
+only valid when the ``n_swa`` positions before the rollback point are still cached: a generation
+that ran further past that point than the cells beyond ``n_swa`` (256 on the bundled model; a
+long thought that the next prompt does not repeat) has overwritten them, and decoding on would
+silently attend to a truncated window.
 
 ``SwaGuard`` does what llama-server does with its context checkpoints: it saves the SWA cells
 and restores them when a rollback reaches before the cached window; the prefill then restarts at
@@ -26,7 +27,10 @@ replaced the anchor one, and the next rollback to the anchor found nothing. A ro
 before a checkpoint *cuts it back* to that point while it still holds the window there (the K/V
 of a position depends only on the tokens up to it): dropping it instead lost the anchor
 checkpoint to the end-of-turn probe's one-word rollbacks. For that a checkpoint copies every cell
-of the SWA cache (``ALL_CELLS``), from the live cache's oldest position on.
+of the SWA cache (``ALL_CELLS``), then leaves out the cells older than its window and
+``CUT_BACK_TOKENS`` positions (``kv_state``): the cache keeps up to 256 positions more than a
+checkpoint that serves cut-backs of that depth needs (768 cells: 9.0 MB a copy on the bundled
+model, 6.8 MB trimmed). A rollback further back drops the checkpoint and frees it.
 
 The copies are taken when the slot is set, not deferred until a decode may take the window:
 llama.cpp's cell allocator can purge more positions than a decode adds (a 59-token decode moved
@@ -40,7 +44,10 @@ import ctypes
 import logging
 from dataclasses import dataclass
 
+import numpy as np
 from llama_cpp import llama_cpp as capi
+
+from bolt_agent.core.llm.llama.kv_state import drop_cells_before
 
 SWA_ONLY = capi.LLAMA_STATE_SEQ_FLAGS_SWA_ONLY
 SEQ = 0  # the engine decodes one sequence
@@ -49,6 +56,14 @@ SEQ = 0  # the engine decodes one sequence
 #: [pos - n_swa, pos) and a rollback before ``pos`` restored from it would decode on with the
 #: oldest positions of its window missing
 ALL_CELLS = -1
+#: how far before its end a checkpoint can still be cut back (tokens). The cut-backs are the
+#: end-of-turn probe's revised words and a resumed sentence's rollback into a held answer's
+#: prompt: 21 tokens at most in a 20-turn voice loop (``swa_cut_back_deepest`` on
+#: /diagnostics). A deeper rollback drops the checkpoint (the other one, the live cache or a
+#: whole-prompt prefill serves it instead); the next turn's return to the stable prefix does,
+#: past the held answer's checkpoint, where the anchor one serves it.
+CUT_BACK_TOKENS = 64
+_BYTES = ctypes.POINTER(ctypes.c_uint8)
 log = logging.getLogger(__name__)
 
 
@@ -57,8 +72,7 @@ class _Checkpoint:
     """The SWA cells of one cache state: positions [pos_min, pos) of the tokens [0, pos)."""
 
     name: str
-    buf: ctypes.Array | None = None
-    size: int = 0
+    buf: np.ndarray | None = None  # uint8, llama.cpp's state layout (kv_state)
     pos: int = -1  # tokens it holds (-1: none)
     pos_min: int = -1  # its oldest cached position
 
@@ -76,6 +90,9 @@ class SwaGuard:
         self.restored = 0  # rollbacks served by a checkpoint
         self.refilled = 0  # rollbacks that needed a full prefill
         self.kept_anchor = 0  # anchor checkpoints not taken: the cache had lost that window
+        self.cut_backs = 0  # checkpoints cut back to a rollback before their end
+        self.cut_back_deepest = 0  # tokens, the deepest of them
+        self.dropped = 0  # checkpoints a rollback went too far back into
 
     @classmethod
     def for_llama(cls, llm, swa_full: bool) -> SwaGuard | None:
@@ -101,6 +118,10 @@ class SwaGuard:
         return {cp.name: (cp.pos, cp.pos_min if cp.pos >= 0 else -1)
                 for cp in (self._anchor, self._recent)}  # fmt: skip
 
+    def held_bytes(self) -> int:
+        """The memory the checkpoints hold."""
+        return sum(cp.buf.size for cp in (self._anchor, self._recent) if cp.buf is not None)
+
     def _covered(self, pos_min: int, keep: int) -> bool:
         """Whether a cache holding [pos_min, keep) serves the window of position ``keep``.
 
@@ -122,7 +143,14 @@ class SwaGuard:
             keep = self._restore(keep, live)
         for cp in (self._anchor, self._recent):
             if cp.pos > keep:
-                cp.pos = keep if keep > 0 and self._covered(cp.pos_min, keep) else -1
+                if keep > 0 and self._covered(cp.pos_min, keep):
+                    self.cut_backs += 1
+                    self.cut_back_deepest = max(self.cut_back_deepest, cp.pos - keep)
+                    cp.pos = keep
+                else:  # its memory goes too: it serves nothing until the slot is set again
+                    self.dropped += keep > 0  # (0: a new conversation)
+                    log.debug(f"{cp.name} checkpoint at {cp.pos} dropped: rollback to {keep}")
+                    cp.pos, cp.buf = -1, None
         return keep
 
     def _restore(self, keep: int, live: int) -> int:
@@ -130,7 +158,7 @@ class SwaGuard:
         for cp in sorted((self._anchor, self._recent), key=lambda c: -self._serves(c, keep)):
             k = self._serves(cp, keep)
             if k and capi.llama_state_seq_set_data_ext(
-                self._ctx, cp.buf, cp.size, ALL_CELLS, SWA_ONLY
+                self._ctx, cp.buf.ctypes.data_as(_BYTES), cp.buf.size, ALL_CELLS, SWA_ONLY
             ):
                 self.restored += 1
                 return k
@@ -155,9 +183,13 @@ class SwaGuard:
             # serves no rollback at all (each needs that window), so the older one stays
             self.kept_anchor += 1
             return
+        cp.buf = None  # (its memory goes before the next copy is made)
         size = capi.llama_state_seq_get_size_ext(self._ctx, ALL_CELLS, SWA_ONLY)
-        if cp.buf is None or len(cp.buf) < size:
-            cp.buf = (ctypes.c_uint8 * size)()
-        cp.size = capi.llama_state_seq_get_data_ext(self._ctx, cp.buf, size, ALL_CELLS, SWA_ONLY)
-        cp.pos = n if cp.size else -1
-        cp.pos_min = pos_min
+        buf = np.empty(size, dtype=np.uint8)  # (not zeroed: the copy writes every byte it uses)
+        got = capi.llama_state_seq_get_data_ext(
+            self._ctx, buf.ctypes.data_as(_BYTES), size, ALL_CELLS, SWA_ONLY
+        )
+        cp.buf, cp.pos, cp.pos_min = buf[:got], (n if got else -1), pos_min
+        floor = n - self.n_swa - CUT_BACK_TOKENS
+        if got and pos_min < floor and (kept := drop_cells_before(cp.buf, floor)) is not None:
+            cp.buf, cp.pos_min = kept
