@@ -13,12 +13,14 @@ the sliding-window cache:
 - per cell: ``i32`` position, ``u32`` sequences, that many ``i32`` sequence ids;
 - ``u32`` V transposed, ``u32`` layers; per layer the K rows: ``i32`` type, ``u64`` row size,
   a row per cell;
-- per layer that has V: ``i32`` type, then either ``u64`` row size and a row per cell, or (V
-  transposed) ``u32`` element size, ``u32`` rows, and per row an element per cell.
+- per layer (none in a cache without V): ``i32`` type, then either ``u64`` row size and a row
+  per cell, or (V transposed) ``u32`` element size, ``u32`` rows, and per row an element per cell.
 
 Only that shape is handled (one stream, one sequence per cell, no per-cell extension: models
-with M-RoPE positions add one); anything else, or a copy that does not parse to its last byte,
-is left whole (the caller keeps the full copy: correct, 3 MB bigger).
+with M-RoPE positions add one, and a hybrid model's copy goes on with its recurrent state);
+anything else, an empty block, or a copy that does not end where the layout does, is left
+whole (the caller keeps the full copy: correct, 3 MB bigger). llama.cpp does not check that a
+restore read the whole copy, so the layout is checked here.
 """
 
 from __future__ import annotations
@@ -42,6 +44,12 @@ class _Reader:
         out = self.data[self.at : self.at + n_bytes]
         self.at += n_bytes
         return out
+
+
+def _positive(value) -> int:
+    if int(value) <= 0:
+        raise ValueError("an empty block")
+    return int(value)
 
 
 def drop_cells_before(state: np.ndarray, floor: int) -> tuple[np.ndarray, int] | None:
@@ -72,18 +80,20 @@ def _drop(r: _Reader, floor: int) -> tuple[np.ndarray, int] | None:
     parts = [r.data[r.at - 8 : r.at]]  # v_trans, n_layer
     for _ in range(n_layer):  # K: a row per cell
         parts.append(r.block(12))
-        row = int(parts[-1][4:12].view("<u8")[0])
+        row = _positive(parts[-1][4:12].view("<u8")[0])
         parts.append(r.block(count * row).reshape(count, row)[keep].reshape(-1))
-    while r.at < r.data.size:  # V of each layer that has it
+    # V: every layer, or none (a cache without V: MLA); then the copy must end
+    for _ in range(n_layer if r.at < r.data.size else 0):
+        parts.append(r.block(12))
         if v_trans:
-            parts.append(r.block(12))
-            size, rows = (int(x) for x in parts[-1][4:12].view("<u4"))
+            size, rows = (_positive(x) for x in parts[-1][4:12].view("<u4"))
             block = r.block(rows * count * size).reshape(rows, count, size)
             parts.append(block[:, keep, :].reshape(-1))
         else:
-            parts.append(r.block(12))
-            row = int(parts[-1][4:12].view("<u8")[0])
+            row = _positive(parts[-1][4:12].view("<u8")[0])
             parts.append(r.block(count * row).reshape(count, row)[keep].reshape(-1))
+    if r.at != r.data.size:  # something follows (another memory's state): not this layout
+        return None
     out = np.empty(sum(p.size for p in head + parts), dtype=np.uint8)
     at = 0
     for p in head + parts:

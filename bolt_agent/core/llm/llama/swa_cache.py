@@ -75,6 +75,7 @@ class _Checkpoint:
     buf: np.ndarray | None = None  # uint8, llama.cpp's state layout (kv_state)
     pos: int = -1  # tokens it holds (-1: none)
     pos_min: int = -1  # its oldest cached position
+    taken_at: int = -1  # tokens it held when copied (cut-backs count from there)
 
 
 class SwaGuard:
@@ -145,7 +146,7 @@ class SwaGuard:
             if cp.pos > keep:
                 if keep > 0 and self._covered(cp.pos_min, keep):
                     self.cut_backs += 1
-                    self.cut_back_deepest = max(self.cut_back_deepest, cp.pos - keep)
+                    self.cut_back_deepest = max(self.cut_back_deepest, cp.taken_at - keep)
                     cp.pos = keep
                 else:  # its memory goes too: it serves nothing until the slot is set again
                     self.dropped += keep > 0  # (0: a new conversation)
@@ -189,7 +190,7 @@ class SwaGuard:
         got = capi.llama_state_seq_get_data_ext(
             self._ctx, buf.ctypes.data_as(_BYTES), size, ALL_CELLS, SWA_ONLY
         )
-        cp.buf, cp.pos, cp.pos_min = buf[:got], (n if got else -1), pos_min
+        cp.buf, cp.pos, cp.pos_min, cp.taken_at = buf[:got], (n if got else -1), pos_min, n
         floor = n - self.n_swa - CUT_BACK_TOKENS
         if got and pos_min < floor and (kept := drop_cells_before(cp.buf, floor)) is not None:
             cp.buf, cp.pos_min = kept
