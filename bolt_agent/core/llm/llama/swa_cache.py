@@ -58,7 +58,7 @@ SEQ = 0  # the engine decodes one sequence
 ALL_CELLS = -1
 #: how far before its end a checkpoint can still be cut back (tokens). The cut-backs are the
 #: end-of-turn probe's revised words and a resumed sentence's rollback into a held answer's
-#: prompt: 21-39 tokens at most in 20-turn voice loops (``swa_cut_back_deepest`` on
+#: prompt: 26 tokens at most from the copy's end in 20-turn runs (``swa_cut_back_deepest`` on
 #: /diagnostics). A deeper rollback drops the checkpoint (the other one, the live cache or a
 #: whole-prompt prefill serves it instead); the next turn's return to the stable prefix does,
 #: past the held answer's checkpoint, where the anchor one serves it.
