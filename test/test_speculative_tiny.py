@@ -130,6 +130,39 @@ def test_dflash_every_draft_accepted(models, n_max):
     assert mean_accepted([stats]) == n_max
 
 
+@pytest.mark.parametrize("mode", ["dflash", "draft_model"])
+def test_a_prefill_split_into_micro_batches_keeps_the_drafter_in_step(models, mode):
+    """The target splits a 128-token batch into micro-batches of 32; the drafter still takes
+    each batch in one (DFlash's drafter attends without a causal mask, and llama.cpp aborts
+    the process on a non-causal decode larger than its micro-batch: the default n_ubatch 64
+    with n_batch 256, the Jetson profile's too, did). The output stays the plain target's."""
+    from llama_cpp import llama_cpp as capi
+
+    prompt = " ".join(PROMPTS * 3)  # ~300 tokens: three batches, ten micro-batches
+    got = {}
+    for spec in ("none", mode):
+        config = LlamaConfig(
+            model_path=str(models["llama"]),
+            n_ctx=1024,
+            n_batch=128,
+            n_ubatch=32,
+            speculative=spec,
+            draft_model=str(models["drafter" if mode == "dflash" else "similar"]),
+        )
+        eng = LlamaEngine(config).load()
+        try:
+            assert len(eng.tokenize(prompt)) > 2 * 128
+            if spec != "none":
+                drafter = eng.speculator.drafter._ctx
+                assert (capi.llama_n_ubatch(drafter), capi.llama_n_batch(drafter)) == (128, 128)
+                assert capi.llama_n_ubatch(eng.llm._ctx.ctx) == 32
+            got[spec], stats = generate(eng, prompt, 24, GREEDY)
+        finally:
+            eng.close()
+    assert got[mode] == got["none"]
+    assert stats.drafted > 0
+
+
 def test_dflash_no_draft_accepted_output_still_identical(models):
     prompt = "count y"
     eng = engine(models, "copy", "dflash", "zero")

@@ -20,7 +20,12 @@ def load_model(path: str, n_gpu_layers: int):
 
 
 def new_context(model, llm, ctx_other=None):
-    """A context like the target's (size, batch, threads, cache types), optionally linked to it."""
+    """A context like the target's (size, batch, threads, cache types), optionally linked to it.
+
+    Its micro-batch is the whole batch: DFlash's drafter attends without a causal mask, and
+    llama.cpp aborts the process when a non-causal decode does not fit one micro-batch (its
+    feature injection carries up to ``n_batch`` rows; the target may split them into smaller
+    ``n_ubatch`` steps, 64 by default and in the Jetson profile)."""
     src = llm.context_params
     params = capi.llama_context_default_params()
     for name in (
@@ -36,6 +41,7 @@ def new_context(model, llm, ctx_other=None):
         "swa_full",
     ):
         setattr(params, name, getattr(src, name))
+    params.n_ubatch = params.n_batch
     params.n_seq_max = 1
     if ctx_other is not None:
         params.ctx_other = ctx_other
