@@ -208,10 +208,7 @@ def run_soak(
             raise RuntimeError(f"stack failed to start: {ready['failed']} (see {work})")
         details["rss_ready"] = ready["rss"]
 
-        def ask(cmd: str, timeout: float = 60.0) -> dict[str, Any]:
-            stack.send(cmd)
-            return json.loads(stack.read(timeout))
-
+        ask = stack.ask
         # the start-up work the first turn no longer overlaps (llm_node's prompt prefill)
         details["startup_work_s"] = ready["startup_work_s"]
         details["not_ready"] = ready["not_ready"]

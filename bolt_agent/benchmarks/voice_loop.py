@@ -209,6 +209,11 @@ class _Proc:
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
 
+    def ask(self, cmd: str, timeout: float = 60.0) -> dict:
+        """One ``stack_host`` command and its JSON answer."""
+        self.send(cmd)
+        return json.loads(self.read(timeout))
+
     def read(self, timeout: float) -> str:
         import queue
 
@@ -438,6 +443,11 @@ class Listener:
         rclpy.try_shutdown()
 
 
+def _where_memory_is(stack: _Proc) -> dict:
+    """``stack_host``'s resident memory by mapping, with Python's small-object arenas."""
+    return {**stack.ask("smaps", 30)["smaps"], "pymalloc": stack.ask("pymalloc", 30)["pymalloc"]}
+
+
 def run_voice_loop(
     work: Path,
     turns: int,
@@ -479,10 +489,7 @@ def run_voice_loop(
         ready = json.loads(stack.read(240))
         if ready["event"] != "ready":
             raise RuntimeError(f"stack failed to start: {ready['failed']} (see {work}/stack.log)")
-        stack.send("smaps")  # where the memory is when ready (rss_ready is taken before this)
-        smaps_ready = json.loads(stack.read(30))["smaps"]
-        stack.send("pymalloc")
-        smaps_ready["pymalloc"] = json.loads(stack.read(30))["pymalloc"]
+        smaps_ready = _where_memory_is(stack)  # (rss_ready is taken before this)
         listener = Listener()
         unmatched = listener.wait_matched(30)
         if unmatched:
@@ -498,12 +505,8 @@ def run_voice_loop(
         stack.send("diagnostics")
         diagnostics = json.loads(stack.read(30))["diagnostics"]
         # after the figures: how much of rss_end was freed heap that a malloc_trim gives back
-        stack.send("smaps")
-        smaps_end = json.loads(stack.read(30))["smaps"]
-        stack.send("pymalloc")
-        smaps_end["pymalloc"] = json.loads(stack.read(30))["pymalloc"]
-        stack.send("trim")
-        trim_end = json.loads(stack.read(30))
+        smaps_end = _where_memory_is(stack)
+        trim_end = stack.ask("trim", 30)
         rec.send("flush")
         rec.read(10)
     finally:
