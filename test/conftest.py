@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from ros_helpers import NodeProcess
+from support.launch import Launch
+from support.ros_helpers import NodeProcess
 
 
 @pytest.fixture
@@ -33,6 +34,21 @@ def node_process(tmp_path: Path):
     yield start
     for proc in reversed(started):
         proc.stop()
+
+
+@pytest.fixture
+def launch(tmp_path: Path):
+    """Factory: `ros2 launch bolt_agent bolt_agent.launch.py ARGS`; every one killed at teardown."""
+    started: list[Launch] = []
+
+    def start(*args: str) -> Launch:
+        proc = Launch(tmp_path / f"launch-{len(started)}.log", *args)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.kill()
 
 
 @pytest.fixture

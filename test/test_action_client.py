@@ -9,7 +9,7 @@ from rclpy.action import ActionClient as RclpyActionClient
 
 from bolt_agent.nodes.action_client import ActionClient
 from bolt_agent_interfaces.action import PlayAnimation
-from ros_helpers import ros_node
+from support.ros_helpers import ros_node
 
 
 def asked_while_added(node):

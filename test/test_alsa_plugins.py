@@ -15,13 +15,13 @@ import sys
 
 import pytest
 
-from audio_fixtures import pulse  # noqa: F401 - fixture
+from support.audio_fixtures import pulse  # noqa: F401 - fixture
 
 CHILD = r"""
 import json, time
 import numpy as np
-from bolt_agent.core.speech.audio_io import MicCapture, list_devices
-from bolt_agent.core.speech.playback import Player
+from bolt_agent.core.audio.audio_io import MicCapture, list_devices
+from bolt_agent.core.audio.playback import Player
 
 def plugins():
     return sorted({line.split()[-1].rsplit("/", 1)[-1] for line in open("/proc/self/maps")

@@ -10,11 +10,11 @@ import pytest
 import yaml
 from action_msgs.msg import GoalStatus
 
-from animation_dds import AnimationRig, start_animation_node
 from bolt_agent.core.motion.animation import JOINTS, AnimationLibrary
 from bolt_agent.core.motion.animation_control import AnimationController
 from bolt_agent.core.paths import config_dir
-from ros_helpers import ros_node, spin_until
+from support.animation_dds import AnimationRig, start_animation_node
+from support.ros_helpers import ros_node, spin_until
 
 RATE = 50.0
 

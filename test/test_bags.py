@@ -14,13 +14,14 @@ import pytest
 from rclpy.serialization import deserialize_message
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
-from bag_traffic import GAPS, TOPICS, traffic
 from bolt_agent.core.sim.bag_io import BagError, BagReader, parse_remaps, playback_offsets
 from bolt_agent.nodes.bag_transport import BagPlayer, BagRecorder
 from bolt_agent.nodes.qos import RELIABLE
-from ros_helpers import ros_node, spin_until
+from support.bag_traffic import GAPS, TOPICS, traffic
+from support.ros_helpers import ros_node, spin_until
 
 HERE = Path(__file__).parent
+TRAFFIC = HERE / "support" / "bag_traffic.py"  # publishes once every topic has a reader
 TIMING_TOLERANCE_S = 0.05  # per message, against the bag's own spacing (2 shared cores)
 
 
@@ -42,7 +43,7 @@ def recorded_bag(node_process, unique_ns, tmp_path) -> tuple[Path, dict[str, str
     topics = [f"{unique_ns}/{t}" for t in TOPICS]
     recorder = node_process(*_cli("record", "-o", str(bag), "--max-messages", str(len(GAPS)),
                                   *topics), name="recorder")  # fmt: skip
-    publisher = node_process(str(HERE / "bag_traffic.py"), "--ros-args", "-r",
+    publisher = node_process(str(TRAFFIC), "--ros-args", "-r",
                              f"__ns:={unique_ns}", name="traffic")  # fmt: skip
     advertised: dict[str, str] = {}
     with ros_node("graph_probe") as (node, executor):
@@ -147,7 +148,7 @@ def test_recorder_and_player_inside_one_node_with_sqlite3(node_process, unique_n
     bag = tmp_path / "lib_bag"
     with ros_node("embedded", unique_ns) as (node, executor):
         recorder = BagRecorder(node, bag, list(TOPICS), storage="sqlite3")
-        node_process(str(HERE / "bag_traffic.py"), "--ros-args", "-r", f"__ns:={unique_ns}",
+        node_process(str(TRAFFIC), "--ros-args", "-r", f"__ns:={unique_ns}",
                      name="traffic")  # fmt: skip
         spin_until(executor, lambda: recorder.message_count == len(GAPS), 30, "recorded traffic")
         assert recorder.stop() == bag

@@ -195,7 +195,7 @@ def test_listener_held_turns_discards_and_resumes():
     lis = _listener()
     say = lambda **kw: lis._on_say(_Msg(**{"turn_id": "u1", "text": "", "held": False, **kw}))  # noqa: E731
     lis._on_va(_Msg(utterance_id="u1", speaking=True, resumed=False))
-    say(text="Sure,", held=True)  # a preemptive start on the speculative transcript …
+    say(text="Sure,", held=True)  # a preemptive start on the early transcript …
     lis.turn_end["u1"] = 1.0
     say(held=True, discard=True)  # … dropped unheard: the user went on
     lis._on_va(_Msg(utterance_id="u1", speaking=True, resumed=True))

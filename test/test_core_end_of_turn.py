@@ -1,4 +1,4 @@
-"""Semantic end of turn (core/speech/end_of_turn.py and the listener's use of it), synchronously:
+"""Semantic end of turn (core/asr/end_of_turn.py and the listener's use of it), synchronously:
 a scripted VAD, a transcriber whose text is chosen per call, hints pushed as the LLM node would.
 No ROS, no sleeps."""
 
@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_core_listener import ByPosition, block_stamp
 
-from bolt_agent.core.speech.asr_engine import AsrResult
-from bolt_agent.core.speech.end_of_turn import EndOfTurn, EndOfTurnSettings, text_looks_complete
-from bolt_agent.core.speech.listener import (
+from bolt_agent.core.asr.asr_engine import AsrResult
+from bolt_agent.core.asr.end_of_turn import EndOfTurn, EndOfTurnSettings, text_looks_complete
+from bolt_agent.core.asr.listener import (
     FinalMetrics,
     Listener,
     ListenerSettings,
     TranscriptEvent,
     VoiceActivityEvent,
 )
-from bolt_agent.core.speech.vad_segmenter import WINDOW, VadConfig, VadSegmenter
+from bolt_agent.core.asr.vad_segmenter import WINDOW, VadConfig, VadSegmenter
+from support.listener import ByPosition, block_stamp
 
 SEMANTIC = EndOfTurnSettings(
     "semantic",
@@ -47,7 +47,7 @@ def listener(probs, asr, settings=SEMANTIC, config=CAP) -> Listener:
     vad = VadSegmenter(config, ByPosition(probs))
     return Listener(
         asr,
-        ListenerSettings(partial_interval_s=0.0, speculative_final=True, end_of_turn=settings),
+        ListenerSettings(partial_interval_s=0.0, early_final=True, end_of_turn=settings),
         vad,
     )
 
@@ -67,12 +67,12 @@ def ends(events) -> list[tuple[int, FinalMetrics]]:
     return [(k, e) for k, e in events if isinstance(e, FinalMetrics)]
 
 
-def hint_after_speculation(lis: Listener, p: float):
-    """The LLM's answer to each speculative transcript, one block after it was published."""
+def hint_after_early(lis: Listener, p: float):
+    """The LLM's answer to each early transcript, one block after it was published."""
 
     def on_block(k, events):
         for _, e in events:
-            if isinstance(e, TranscriptEvent) and e.speculative and not getattr(e, "_hinted", 0):
+            if isinstance(e, TranscriptEvent) and e.early and not getattr(e, "_hinted", 0):
                 object.__setattr__(e, "_hinted", 1)
                 lis.end_of_turn_hint(e.utterance_id, e.text, p)
 
@@ -84,23 +84,23 @@ SPEECH = [0.0] * 4 + [0.9] * 30 + [0.0] * 60  # speech until window 34, then 1.9
 
 def test_words_judged_complete_end_the_turn_after_the_short_silence():
     lis = listener(SPEECH, Words("Can you nod for me"))  # no punctuation: only the hint decides
-    events = run(lis, range(len(SPEECH)), hint_after_speculation(lis, 0.4))
+    events = run(lis, range(len(SPEECH)), hint_after_early(lis, 0.4))
     ((k, metrics),) = ends(events)
     assert metrics.ended_by == "hint"
     # silence began at window 34: 250 ms (8 windows) later, not after the 1.2 s cap (38)
     assert 34 + 7 <= k <= 34 + 8
     assert 250 <= metrics.silence_ms < 300
     finals = [e for _, e in events if isinstance(e, TranscriptEvent) and e.is_final]
-    specs = [e for _, e in events if isinstance(e, TranscriptEvent) and e.speculative]
+    specs = [e for _, e in events if isinstance(e, TranscriptEvent) and e.early]
     assert len(finals) == len(specs) == 1
-    # the final is the speculation confirmed: same text, same span
+    # the final is the early transcript confirmed: same text, same span
     assert (finals[0].text, finals[0].audio_end_ns) == (specs[0].text, specs[0].audio_end_ns)
     assert lis.vad.in_speech is False
 
 
 def test_words_judged_incomplete_wait_for_the_longest_silence():
     lis = listener(SPEECH, Words("I would like to buy"))
-    events = run(lis, range(len(SPEECH)), hint_after_speculation(lis, 0.01))
+    events = run(lis, range(len(SPEECH)), hint_after_early(lis, 0.01))
     ((k, metrics),) = ends(events)
     assert metrics.ended_by == "silence" and metrics.silence_ms == 1200
     assert k >= 34 + 37  # the cap: 1.2 s of silence
@@ -109,18 +109,18 @@ def test_words_judged_incomplete_wait_for_the_longest_silence():
 def test_finished_looking_words_the_model_is_less_sure_of_end_after_the_middle_silence():
     # p between likely_threshold (0.03) and the threshold (0.05), and the text looks finished
     lis = listener(SPEECH, Words("What I really want to know is how old you are."))
-    events = run(lis, range(len(SPEECH)), hint_after_speculation(lis, 0.04))
+    events = run(lis, range(len(SPEECH)), hint_after_early(lis, 0.04))
     ((k, metrics),) = ends(events)
     assert metrics.ended_by == "likely" and 600 <= metrics.silence_ms < 650
     assert 34 + 18 <= k <= 34 + 20  # 600 ms: 19 windows of 32 ms, well before the cap (38)
     # the same score on words that only whisper's punctuation makes look finished: the cap
     for text in ("What I really want to know is.", "I would like to buy a...", "Well, I think"):
         lis = listener(SPEECH, Words(text))
-        ((_k, metrics),) = ends(run(lis, range(len(SPEECH)), hint_after_speculation(lis, 0.04)))
+        ((_k, metrics),) = ends(run(lis, range(len(SPEECH)), hint_after_early(lis, 0.04)))
         assert metrics.ended_by == "silence", text
     # below likely_threshold: the cap, however finished the text looks
     lis = listener(SPEECH, Words("I would like to buy."))
-    ((_k, metrics),) = ends(run(lis, range(len(SPEECH)), hint_after_speculation(lis, 0.005)))
+    ((_k, metrics),) = ends(run(lis, range(len(SPEECH)), hint_after_early(lis, 0.005)))
     assert metrics.ended_by == "silence"
 
 
@@ -157,7 +157,7 @@ def test_a_paused_sentence_stays_one_turn_and_the_resume_is_announced():
 
     def hints(k, events):
         for _, e in events:
-            if isinstance(e, TranscriptEvent) and e.speculative and e.text in p_for:
+            if isinstance(e, TranscriptEvent) and e.early and e.text in p_for:
                 lis.end_of_turn_hint(e.utterance_id, e.text, p_for.pop(e.text))
 
     events = run(lis, range(len(PAUSED)), hints)
@@ -183,7 +183,7 @@ def test_a_paused_sentence_stays_one_turn_and_the_resume_is_announced():
 
 def test_fixed_mode_never_ends_early():
     lis = listener(SPEECH, Words("Can you nod for me?"), EndOfTurnSettings("fixed"))
-    ((k, metrics),) = ends(run(lis, range(len(SPEECH)), hint_after_speculation(lis, 0.9)))
+    ((k, metrics),) = ends(run(lis, range(len(SPEECH)), hint_after_early(lis, 0.9)))
     assert metrics.ended_by == "silence" and k >= 34 + 37
 
 

@@ -1,4 +1,4 @@
-"""The ASR stage's logic (core/speech/listener.py), synchronously: audio pushed block by block,
+"""The ASR stage's logic (core/asr/listener.py), synchronously: audio pushed block by block,
 events asserted; a scripted VAD model and a fake transcriber (the real Silero VAD on the Piper
 speech fixture in the last test). No ROS, no sleeps."""
 
@@ -10,47 +10,20 @@ from concurrent.futures import Future
 import numpy as np
 import pytest
 
-from audio_fixtures import speech_wav  # noqa: F401 - fixture
-from bolt_agent.core.speech.asr_engine import AsrResult
-from bolt_agent.core.speech.listener import (
+from bolt_agent.core.asr.asr_engine import AsrResult
+from bolt_agent.core.asr.audio_ingest import StreamGaps
+from bolt_agent.core.asr.listener import (
     FinalMetrics,
     Listener,
     ListenerSettings,
     NoSpeech,
-    StreamGaps,
     TranscriptEvent,
     TranscriptionFailed,
     VoiceActivityEvent,
 )
-from bolt_agent.core.speech.vad_segmenter import WINDOW, VadConfig, VadSegmenter
-
-NS_PER_SAMPLE = 62_500  # 1e9 / 16 kHz
-BASE = 7_000_000_000
-DRIFT = 7_000  # ns added per block: stamps map offsets through the latest block's stamp
-
-
-def block_stamp(k: int) -> int:
-    return BASE + k * WINDOW * NS_PER_SAMPLE + k * DRIFT
-
-
-def at(k: int, offset: int) -> int:
-    """The stamp of sample ``offset`` as seen while block ``k`` is pushed."""
-    return block_stamp(k) + (offset - k * WINDOW) * NS_PER_SAMPLE
-
-
-class ByPosition:
-    """Fake VAD model: the probability of each 512-sample window is scripted by its position in
-    the stream (sample i of the stream holds the value i), so skipped blocks keep it aligned."""
-
-    def __init__(self, probs: list[float]) -> None:
-        self.probs = probs
-
-    def reset(self) -> None:
-        pass
-
-    def __call__(self, windows: np.ndarray) -> np.ndarray:
-        ks = [int(w[0]) // WINDOW for w in windows]
-        return np.array([self.probs[k] if k < len(self.probs) else 0.0 for k in ks], np.float32)
+from bolt_agent.core.asr.vad_segmenter import WINDOW, VadConfig, VadSegmenter
+from support.audio_fixtures import speech_wav  # noqa: F401 - fixture
+from support.listener import BASE, NS_PER_SAMPLE, ByPosition, at, block_stamp
 
 
 class FakeAsr:
@@ -126,7 +99,7 @@ def text(a: int, b: int) -> str:
 def test_voice_activity_final_and_metrics_with_stamps_from_sample_offsets():
     probs = [0.0] * 10 + [0.9] * 20 + [0.0] * 30
     config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=64, start_pad_ms=128)
-    listener, asr = make(probs, config, speculative_final=False, partial_interval_s=0.0)
+    listener, asr = make(probs, config, early_final=False, partial_interval_s=0.0)
     events = feed(listener, range(len(probs)))
     uid = events[0][1].utterance_id
     assert uid.startswith("u") and len(uid) == 11
@@ -145,7 +118,7 @@ def test_audio_that_stops_mid_utterance_ends_it_with_what_was_heard():
     onset, start = 10 * WINDOW, 10 * WINDOW - 2048
 
     # the source stops while the user speaks: the final holds everything up to the last block
-    listener, asr = make([0.0] * 10 + [0.9] * 20, config, speculative_final=False)
+    listener, asr = make([0.0] * 10 + [0.9] * 20, config, early_final=False)
     events = feed(listener, range(30))
     uid = events[0][1].utterance_id
     end = 30 * WINDOW
@@ -158,7 +131,7 @@ def test_audio_that_stops_mid_utterance_ends_it_with_what_was_heard():
     assert listener.audio_stopped() == []  # said once; nothing open any more
 
     # it stops 160 ms into a silence: the end is where the VAD would have put it (padded)
-    listener, asr = make([0.0] * 10 + [0.9] * 20 + [0.0] * 5, config, speculative_final=False)
+    listener, asr = make([0.0] * 10 + [0.9] * 20 + [0.0] * 5, config, early_final=False)
     events = feed(listener, range(35))
     uid = events[0][1].utterance_id
     end = 30 * WINDOW + 1024
@@ -169,7 +142,7 @@ def test_audio_that_stops_mid_utterance_ends_it_with_what_was_heard():
     ]
 
     # no utterance open: nothing to end, and the next speech is heard as usual
-    listener, asr = make([0.0] * 10 + [0.9] * 20 + [0.0] * 30, config, speculative_final=False)
+    listener, asr = make([0.0] * 10 + [0.9] * 20 + [0.0] * 30, config, early_final=False)
     assert feed(listener, range(5)) == [] and listener.audio_stopped() == []
     events = feed(listener, range(5, 60))
     finals = [e for _, e in events if isinstance(e, FinalMetrics)]
@@ -181,7 +154,7 @@ def test_audio_dropped_upstream_ends_the_utterance_and_is_skipped_over():
     not spliced into one utterance, and what follows keeps its true stream position."""
     config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=64, start_pad_ms=128)
     probs = [0.0] * 10 + [0.9] * 30 + [0.0] * 30
-    listener, asr = make(probs, config, speculative_final=False, partial_interval_s=0.0)
+    listener, asr = make(probs, config, early_final=False, partial_interval_s=0.0)
     events = feed(listener, range(20))  # blocks 20..29 are dropped before the listener
     assert asr.calls == []
     uid = events[0][1].utterance_id
@@ -216,7 +189,7 @@ def test_partials_every_interval_of_speech_and_skipped_under_backlog():
             if isinstance(e, TranscriptEvent) and not e.is_final
         ]
 
-    listener, asr = make(probs, config, speculative_final=False, partial_interval_s=1.0)
+    listener, asr = make(probs, config, early_final=False, partial_interval_s=1.0)
     events = feed(listener, range(len(probs)))
     # 1 s (16000 samples) of speech after the start, at the first block boundary past it
     expected = [(k, (k + 1) * WINDOW) for k in (35, 67, 99, 131)]
@@ -228,7 +201,7 @@ def test_partials_every_interval_of_speech_and_skipped_under_backlog():
     assert len(finals) == 1 and finals[0].audio_end_ns == at(133, 124 * WINDOW)
 
     # half a second of audio queued behind the blocks: no partial until the backlog drains
-    listener, asr = make(probs, config, speculative_final=False, partial_interval_s=1.0)
+    listener, asr = make(probs, config, early_final=False, partial_interval_s=1.0)
     behind = feed(listener, range(51), queued=8000)
     assert not partials(behind) and asr.calls == []
     events = behind + feed(listener, range(51, len(probs)), queued=7999)
@@ -243,7 +216,7 @@ def test_no_partial_while_the_transcriber_is_busy():
     listener, asr = make(
         probs,
         config,
-        speculative_final=False,
+        early_final=False,
         partial_interval_s=1.0,
         runner=runner,
         emit=seen.append,
@@ -258,10 +231,10 @@ def test_no_partial_while_the_transcriber_is_busy():
     assert asr.calls[-1] == (False, 4 * WINDOW, 82 * WINDOW)
 
 
-def test_speculative_final_is_published_early_and_reused_when_the_end_is_confirmed():
+def test_early_final_is_published_early_and_reused_when_the_end_is_confirmed():
     probs = [0.0] * 4 + [0.9] * 30 + [0.0] * 30
     config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=64, start_pad_ms=0)
-    listener, asr = make(probs, config, speculative_final=True, partial_interval_s=0.0)
+    listener, asr = make(probs, config, early_final=True, partial_interval_s=0.0)
     events = feed(listener, range(len(probs)))
     onset, end = 4 * WINDOW, 34 * WINDOW + 1024  # the first silent window + 64 ms
     uid = events[0][1].utterance_id
@@ -275,7 +248,7 @@ def test_speculative_final_is_published_early_and_reused_when_the_end_is_confirm
             ),
         ),
         (43, VoiceActivityEvent(uid, False, False, at(43, end))),
-        # the final reuses the speculation: its result and its very span (stamps of block 35)
+        # the final reuses the early transcript: its result and its very span (stamps of block 35)
         (43, TranscriptEvent(uid, text(onset, end), True, 0.75, "en", at(35, onset), at(35, end))),
         (43, FinalMetrics(uid, at(35, end), "silence", 300.0)),
     ]
@@ -288,8 +261,8 @@ PAUSE_CONFIG = VadConfig(min_speech_ms=150, min_silence_ms=400, speech_pad_ms=64
 ONSET, PAUSE_END, REAL_END = 4 * WINDOW, 24 * WINDOW + 1024, 40 * WINDOW + 1024
 
 
-def test_speculation_for_a_pause_is_dropped_when_speech_resumes():
-    listener, asr = make(PAUSE, PAUSE_CONFIG, speculative_final=True, partial_interval_s=0.0)
+def test_early_transcript_for_a_pause_is_dropped_when_speech_resumes():
+    listener, asr = make(PAUSE, PAUSE_CONFIG, early_final=True, partial_interval_s=0.0)
     events = feed(listener, range(len(PAUSE)))
     texts = [
         (k, e.text, e.is_final, e.audio_end_ns) for k, e in events if isinstance(e, TranscriptEvent)
@@ -297,19 +270,19 @@ def test_speculation_for_a_pause_is_dropped_when_speech_resumes():
     assert texts == [
         (25, text(ONSET, PAUSE_END), False, at(25, PAUSE_END)),  # the pause looked like an end
         (41, text(ONSET, REAL_END), False, at(41, REAL_END)),  # the real end
-        (52, text(ONSET, REAL_END), True, at(41, REAL_END)),  # the speculation's span
+        (52, text(ONSET, REAL_END), True, at(41, REAL_END)),  # the early transcript's span
     ]
     assert asr.calls == [(True, ONSET, PAUSE_END), (True, ONSET, REAL_END)]
     stop = [e for _, e in events if isinstance(e, VoiceActivityEvent) and not e.speaking]
     assert [e.stamp_ns for e in stop] == [at(52, REAL_END)]
 
 
-def test_stale_speculation_is_never_transcribed_nor_published_by_a_busy_transcriber():
+def test_stale_early_transcript_is_never_transcribed_nor_published_by_a_busy_transcriber():
     runner, seen = ManualRunner(), []
     listener, asr = make(
         PAUSE,
         PAUSE_CONFIG,
-        speculative_final=True,
+        early_final=True,
         partial_interval_s=0.0,
         runner=runner,
         emit=seen.append,
@@ -321,11 +294,11 @@ def test_stale_speculation_is_never_transcribed_nor_published_by_a_busy_transcri
     uid = seen[0].utterance_id
     assert seen == [
         VoiceActivityEvent(uid, True, False, at(8, ONSET)),
-        # speech resumed after the pause's speculation was started: whatever was started from
+        # speech resumed after the pause's early transcript was started: whatever was started from
         # it (a preemptive answer) must be discarded
         VoiceActivityEvent(uid, True, False, at(30, 31 * WINDOW), resumed=True),
         VoiceActivityEvent(uid, False, False, at(52, REAL_END)),
-        # the speculative result came after the end: published once, as the final
+        # the early result came after the end: published once, as the final
         TranscriptEvent(
             uid, text(ONSET, REAL_END), True, 0.75, "en", at(41, ONSET), at(41, REAL_END)
         ),
@@ -407,12 +380,12 @@ def test_echo_gate_on_a_long_block_gates_the_tail_only():
 
 
 def test_a_resumption_and_an_end_in_one_long_block_still_say_the_user_went_on():
-    """The pause's speculation was published; the next block (1.4 s) holds the resumption and
+    """The pause's early transcript was published; the next block (1.4 s) holds the resumption and
     the end: "resumed" comes before the end of speech, as with short blocks."""
     seen: list = []
     listener, _ = make(PAUSE, PAUSE_CONFIG, emit=seen.append, **NO_PARTIALS)
     push_span(listener, 0, 26 * WINDOW)
-    assert [e.speculative for e in seen if isinstance(e, TranscriptEvent)] == [True]
+    assert [e.early for e in seen if isinstance(e, TranscriptEvent)] == [True]
     push_span(listener, 26 * WINDOW, 70 * WINDOW)
     voice = [(e.speaking, e.resumed) for e in seen if isinstance(e, VoiceActivityEvent)]
     assert voice == [(True, False), (True, True), (False, False)]
@@ -429,7 +402,7 @@ def test_a_voice_event_that_cannot_be_delivered_loses_no_final():
             raise RuntimeError("publisher gone")
         seen.append(event)
 
-    listener, asr = make(PAUSE, PAUSE_CONFIG, emit=emit, speculative_final=False, **NO_PARTIALS)
+    listener, asr = make(PAUSE, PAUSE_CONFIG, emit=emit, early_final=False, **NO_PARTIALS)
     feed(listener, range(len(PAUSE)))  # never raises
     assert failed and listener.delivery_failures == 1
     assert [e.text for e in seen if isinstance(e, TranscriptEvent) and e.is_final] == [
@@ -438,7 +411,7 @@ def test_a_voice_event_that_cannot_be_delivered_loses_no_final():
     assert asr.calls == [(True, ONSET, REAL_END)]
 
 
-def test_echo_gate_drops_a_pending_speculation_with_its_utterance():
+def test_echo_gate_drops_a_pending_early_transcript_with_its_utterance():
     runner, seen = ManualRunner(), []
     listener, asr = make(
         PAUSE,
@@ -448,7 +421,7 @@ def test_echo_gate_drops_a_pending_speculation_with_its_utterance():
         runner=runner,
         emit=seen.append,
     )
-    feed(listener, range(26))  # the pause's speculation is queued (block 25)
+    feed(listener, range(26))  # the pause's early transcript is queued (block 25)
     listener.robot_speaking(True)
     feed(listener, range(26, len(PAUSE)))
     runner.run_all()
@@ -479,7 +452,7 @@ def test_barge_in_needs_louder_longer_speech_and_flags_it():
         barge_in_threshold=0.8,
         barge_in_min_ms=300,
         partial_interval_s=0.0,
-        speculative_final=False,
+        early_final=False,
     )
     listener.robot_speaking(True)
     events = feed(listener, range(86))
@@ -518,7 +491,7 @@ def test_a_transcription_error_is_an_event_and_the_listener_keeps_working():
     probs = ([0.0] * 4 + [0.9] * 20 + [0.0] * 16) * 3
     config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=0, start_pad_ms=0)
     asr = FakeAsr([RuntimeError("CUDA out of memory"), None])  # fails, then hears nothing
-    listener, _ = make(probs, config, asr, speculative_final=False, partial_interval_s=0.0)
+    listener, _ = make(probs, config, asr, early_final=False, partial_interval_s=0.0)
     events = [e for _, e in feed(listener, range(len(probs)))]
     uids = [e.utterance_id for e in events if isinstance(e, VoiceActivityEvent) and e.speaking]
     assert len(set(uids)) == 3
@@ -539,9 +512,9 @@ def test_a_transcription_error_is_an_event_and_the_listener_keeps_working():
         FinalMetrics(uids[2], at(113, third + 20 * WINDOW), "silence", 300.0),
     ]
 
-    # a failed speculative final: reported, and the final is transcribed again
+    # a failed early final: reported, and the final is transcribed again
     asr = FakeAsr([ValueError("bad audio")])
-    listener, _ = make(probs[:40], config, asr, speculative_final=True, partial_interval_s=0.0)
+    listener, _ = make(probs[:40], config, asr, early_final=True, partial_interval_s=0.0)
     events = [e for _, e in feed(listener, range(40))]
     uid = events[0].utterance_id
     assert [type(e) for e in events] == [
@@ -551,7 +524,7 @@ def test_a_transcription_error_is_an_event_and_the_listener_keeps_working():
         TranscriptEvent,
         FinalMetrics,
     ]
-    assert events[1] == TranscriptionFailed(uid, "speculative", "ValueError('bad audio')")
+    assert events[1] == TranscriptionFailed(uid, "early", "ValueError('bad audio')")
     assert events[3].is_final and events[3].text == text(4 * WINDOW, 24 * WINDOW)
     assert asr.calls == [(True, 4 * WINDOW, 24 * WINDOW)] * 2
 
@@ -570,7 +543,7 @@ def test_a_job_that_fails_outside_the_transcriber_is_reported_not_lost_in_its_fu
 
     runner = ManualRunner()
     listener, _ = make(
-        probs, config, runner=runner, emit=emit, speculative_final=False, partial_interval_s=0.0
+        probs, config, runner=runner, emit=emit, early_final=False, partial_interval_s=0.0
     )
     feed(listener, range(len(probs)))
     runner.run_all()  # would raise here if the job's error escaped into its future
@@ -601,9 +574,9 @@ def test_settings_reject_an_unknown_echo_mode_and_update_at_run_time():
         ListenerSettings(echo_mode="loud")
     probs = [0.0] * 4 + [0.9] * 60 + [0.0] * 20
     config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=0, start_pad_ms=0)
-    listener, _ = make(probs, config, speculative_final=False, partial_interval_s=0.0)
+    listener, _ = make(probs, config, early_final=False, partial_interval_s=0.0)
     feed(listener, range(30))
-    listener.update_settings(ListenerSettings(speculative_final=False, partial_interval_s=0.5))
+    listener.update_settings(ListenerSettings(early_final=False, partial_interval_s=0.5))
     events = feed(listener, range(30, len(probs)))
     partial_ends = [k for k, e in events if isinstance(e, TranscriptEvent) and not e.is_final]
     # none before the update; at once after it (more than 0.5 s since the start), then every 0.5 s
@@ -642,17 +615,18 @@ def test_real_speech_with_silero_gives_one_final_per_utterance_at_its_boundaries
         assert m.speech_end_ns == stop.stamp_ns
         mine = [e for e in events if getattr(e, "utterance_id", "") == uid]
         partials = [e for e in mine if isinstance(e, TranscriptEvent) and not e.is_final]
-        assert len(partials) >= 2  # a sentence of 2 s or more: 0.8 s partials and the speculation
+        # a sentence of 2 s or more: 0.8 s partials and the early transcript
+        assert len(partials) >= 2
         assert mine.index(partials[-1]) < mine.index(stop) < mine.index(final)
-        # the speculative final, over exactly the final's span, was published before the end
+        # the early final, over exactly the final's span, was published before the end
         spans = [(e.text, e.audio_end_ns) for e in partials]
         assert (final.text, final.audio_end_ns) in spans
-    # every whole-utterance transcription was a speculation published at once (a pause inside a
-    # sentence may have given one more); none was repeated for a final
-    speculative = [
+    # every whole-utterance transcription was an early transcript published at once (a pause
+    # inside a sentence may have given one more); none was repeated for a final
+    early = [
         e for e in events if isinstance(e, TranscriptEvent) and not e.is_final and "final" in e.text
     ]
-    assert sum(1 for final, _ in asr.calls if final) == len(speculative) >= len(finals)
+    assert sum(1 for final, _ in asr.calls if final) == len(early) >= len(finals)
 
 
 def test_stream_gaps_are_found_by_the_stamps():
@@ -675,7 +649,7 @@ def test_drain_waits_for_the_transcriptions_owed_and_is_bounded():
     config = VadConfig(min_speech_ms=150, min_silence_ms=300, speech_pad_ms=64, start_pad_ms=128)
     runner = ManualRunner()
     listener, asr = make(
-        [0.0] * 10 + [0.9] * 20, config, runner=runner, speculative_final=False,
+        [0.0] * 10 + [0.9] * 20, config, runner=runner, early_final=False,
         partial_interval_s=0.0,
     )  # fmt: skip
     assert listener.drain(0.0)  # nothing submitted

@@ -1,5 +1,5 @@
 """Preemptive answers and the end-of-turn probe, synchronously (core/llm/held_turn.py and the
-scheduler's speculative jobs): the worker runs on this thread, the final transcript or the user's
+scheduler's preemptive jobs): the worker runs on this thread, the final transcript or the user's
 resumption is injected between two tokens (the scripted engine's hook). No ROS, no sleeps."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from bolt_agent.core.llm.profile import load_profile
 from bolt_agent.core.llm.scripted_engine import ScriptedEngine
 from bolt_agent.core.llm.turn_runner import RunnerConfig, TurnRequest, TurnRunner
 from bolt_agent.core.llm.turn_scheduler import NotActiveError, TurnScheduler
-from turn_sinks import RecordingSink
+from support.turn_sinks import RecordingSink
 
 NO_THINK = Knobs(enable_thinking=False)
 NOD = (
@@ -69,7 +69,7 @@ def test_a_committed_preemptive_turn_is_heard_and_dispatched_only_after_the_fina
             held.commit()
 
     h.engine.on_token = on_token
-    done = h.scheduler.speculate("u1", "Can you nod for me?", NO_THINK, held, probe=False)
+    done = h.scheduler.preempt("u1", "Can you nod for me?", NO_THINK, held, probe=False)
     h.scheduler.run_pending()
     kinds = [e[0] for e in sink.events if e[0] not in ("first",)]
     # held sentences, then the release, then everything else in order
@@ -98,7 +98,7 @@ def test_a_discarded_preemptive_turn_is_never_heard_dispatched_or_remembered():
             h.scheduler.cancel("the user went on talking")
 
     h.engine.on_token = on_token
-    done = h.scheduler.speculate("u1", "I would like to buy", NO_THINK, held, probe=False)
+    done = h.scheduler.preempt("u1", "I would like to buy", NO_THINK, held, probe=False)
     h.scheduler.run_pending()
     assert done.result(timeout=0).cancelled and held.state == DISCARDED
     kinds = [e[0] for e in sink.events]
@@ -123,7 +123,7 @@ def test_a_discarded_preemptive_turn_is_never_heard_dispatched_or_remembered():
 def test_a_preemptive_turn_discarded_before_it_starts_never_reaches_the_model():
     h = Harness([NOD])
     held, sink = h.held("u1", "I would like")
-    done = h.scheduler.speculate("u1", "I would like", NO_THINK, held, probe=False)
+    done = h.scheduler.preempt("u1", "I would like", NO_THINK, held, probe=False)
     assert held.discard()
     h.scheduler.run_pending()
     assert h.engine.prompts == [] and done.result(timeout=0).cancelled
@@ -135,7 +135,7 @@ def test_a_goal_waits_for_the_decision_and_a_lost_final_discards_the_turn():
     """No final within the hold time (timeout 0 here): the goal is refused, never sent."""
     h = Harness([NOD, "Left unsaid."])
     held, sink = h.held("u1", "Can you nod", timeout_s=0.0)
-    done = h.scheduler.speculate("u1", "Can you nod", NO_THINK, held, probe=False)
+    done = h.scheduler.preempt("u1", "Can you nod", NO_THINK, held, probe=False)
     h.scheduler.run_pending()
     assert held.state == DISCARDED
     assert "dispatch" not in [e[0] for e in sink.events] and ("discard",) in sink.events
@@ -148,7 +148,7 @@ def test_the_probe_reads_the_turns_own_prompt_cut_after_the_users_words():
     h.engine.continuation_p = lambda prompt, continuations: 0.42
     held, sink = h.held("u1", "Can you nod for me?")
     held.commit()  # decided before the worker runs: the answer goes straight through
-    h.scheduler.speculate("u1", "Can you nod for me?", NO_THINK, held, probe=True)
+    h.scheduler.preempt("u1", "Can you nod for me?", NO_THINK, held, probe=True)
     h.scheduler.run_pending()
     assert h.hints == [("u1", "Can you nod for me?", 0.42)]
     ((probe, continuations),) = h.engine.probes
@@ -178,7 +178,7 @@ def test_the_probe_with_nearest_prefills_the_turns_exchange_before_the_hint():
         h.engine.continuation_p = lambda prompt, continuations: 0.42
         held, _sink = h.held("u1", "Can you nod for me?")
         held.commit()
-        h.scheduler.speculate(
+        h.scheduler.preempt(
             "u1", "Can you nod for me?", NO_THINK, held, probe=True, with_nearest=with_nearest
         )
         h.scheduler.run_pending()
@@ -201,7 +201,7 @@ def test_after_a_pause_the_exchange_prefilled_from_the_first_words_serves_the_pr
         # runs, so the turn is discarded before it starts (dropped, no cancel)
         first, _ = h.held("u1", "Can you nod")
         h.engine.continuation_p = lambda prompt, continuations, held=first: held.discard() or 0.42
-        h.scheduler.speculate("u1", "Can you nod", NO_THINK, first, probe=True)
+        h.scheduler.preempt("u1", "Can you nod", NO_THINK, first, probe=True)
         if prefilled:
             assert h.scheduler.prewarm("u1", "Can you nod") is not None
         h.scheduler.run_pending()
@@ -209,7 +209,7 @@ def test_after_a_pause_the_exchange_prefilled_from_the_first_words_serves_the_pr
         # the second pause: the whole request
         held, _sink = h.held("u1", "Can you nod for me?")
         held.commit()
-        h.scheduler.speculate("u1", "Can you nod for me?", NO_THINK, held, probe=True)
+        h.scheduler.preempt("u1", "Can you nod for me?", NO_THINK, held, probe=True)
         h.scheduler.run_pending()
         probe = h.engine.probes[1][0]
         turn_prompt = h.engine.prompts[-1]
@@ -239,12 +239,12 @@ def test_a_probe_alone_does_not_cancel_the_turn_in_progress_and_a_stale_one_is_s
     h = Harness(["one two three four five six.", "Fine."])
     h.engine.continuation_p = lambda prompt, continuations: 0.9
     first = h.scheduler.submit("t1", "count", NO_THINK, RecordingSink())
-    assert h.scheduler.speculate("u1", "Hi there.", NO_THINK, None, probe=True) is None
+    assert h.scheduler.preempt("u1", "Hi there.", NO_THINK, None, probe=True) is None
     h.scheduler.run_pending()
     assert not first.result(timeout=0).cancelled and h.cancelled == []
     assert h.hints == [("u1", "Hi there.", 0.9)]
     # a probe queued before a cancel is stale: no hint for words that no longer matter
-    h.scheduler.speculate("u2", "Old words.", NO_THINK, None, probe=True)
+    h.scheduler.preempt("u2", "Old words.", NO_THINK, None, probe=True)
     h.scheduler.cancel("barge-in")
     h.scheduler.run_pending()
     assert [hint[0] for hint in h.hints] == ["u1"]
@@ -252,7 +252,7 @@ def test_a_probe_alone_does_not_cancel_the_turn_in_progress_and_a_stale_one_is_s
 
 def test_an_engine_without_probabilities_gives_no_hint():
     h = Harness([])
-    h.scheduler.speculate("u1", "Hi there.", NO_THINK, None, probe=True)
+    h.scheduler.preempt("u1", "Hi there.", NO_THINK, None, probe=True)
     h.scheduler.run_pending()
     assert h.hints == [] and len(h.engine.probes) == 1
 
@@ -277,7 +277,7 @@ def test_a_final_after_a_cancel_stopped_the_held_turn_gets_a_turn_of_its_own():
     run, so the final of the same words must not commit it (the user got no answer)."""
     h = Harness(["Hello there."])
     pre, sink = preemption(h)
-    pre.speculate("u1", "Hi robot", NO_THINK, sink, 5.0, probe=False)
+    pre.start("u1", "Hi robot", NO_THINK, sink, 5.0, probe=False)
     h.scheduler.cancel("llm/cancel")
     assert pre.commit("u1", "Hi robot.") is False  # the node then submits the final
     assert pre.held is None and sink.events == [("discard",)]
@@ -291,7 +291,7 @@ def test_a_held_turn_the_scheduler_refuses_is_discarded_at_once():
     h = Harness(["Hello there."])
     h.scheduler.stop()
     pre, sink = preemption(h)
-    pre.speculate("u1", "Hi robot", NO_THINK, sink, 5.0, probe=False)
+    pre.start("u1", "Hi robot", NO_THINK, sink, 5.0, probe=False)
     assert pre.held is None and sink.events == [("discard",)]
     assert pre.commit("u1", "Hi robot.") is False
     assert pre.counts()["started"] == 1 and pre.counts()["discarded"] == 1
@@ -307,7 +307,7 @@ def test_a_cancel_discards_a_pending_held_turn_and_stops_a_committed_one():
             seen.append(pre.turn_cancelled("u1", "llm/cancel"))
 
     h.engine.on_token = cancel_at_3
-    pre.speculate("u1", "Hi robot", NO_THINK, sink, 5.0, probe=False)
+    pre.start("u1", "Hi robot", NO_THINK, sink, 5.0, probe=False)
     h.scheduler.run_pending()
     assert seen == [True]  # unheard: discarded, nothing to stop
     assert pre.held is None and ("discard",) in sink.events and "release" not in sink.events
@@ -322,7 +322,7 @@ def test_a_cancel_discards_a_pending_held_turn_and_stops_a_committed_one():
             seen.append(pre2.turn_cancelled("u2", "llm/cancel"))
 
     h.engine.on_token = commit_then_cancel
-    pre2.speculate("u2", "Hi robot", NO_THINK, sink2, 5.0, probe=False)
+    pre2.start("u2", "Hi robot", NO_THINK, sink2, 5.0, probe=False)
     h.scheduler.run_pending()
     assert seen == [False] and ("release",) in sink2.events and ("discard",) not in sink2.events
     assert pre2.counts() == {"started": 1, "committed": 1, "discarded": 0, "hints": 0}
@@ -333,11 +333,11 @@ def test_every_discard_is_counted_whoever_makes_it():
     node's call: both are counted."""
     h = Harness(["Hello there.", "Hi."])
     pre, sink = preemption(h)
-    pre.speculate("u1", "Hi robot", NO_THINK, sink, 5.0, probe=False)
+    pre.start("u1", "Hi robot", NO_THINK, sink, 5.0, probe=False)
     h.scheduler.submit("t2", "something else", NO_THINK, RecordingSink())  # supersedes it
     h.scheduler.run_pending()  # the worker drops u1 unrun
     assert h.scheduler.dropped == 1 and ("discard",) in sink.events
-    pre.speculate("u3", "Hi robot", NO_THINK, NodeSink(), 0.0, probe=False)  # no final: timeout
+    pre.start("u3", "Hi robot", NO_THINK, NodeSink(), 0.0, probe=False)  # no final: timeout
     h.scheduler.run_pending()
     assert pre.counts() == {"started": 2, "committed": 0, "discarded": 2, "hints": 0}
 
@@ -345,7 +345,7 @@ def test_every_discard_is_counted_whoever_makes_it():
 def test_a_preemptive_turn_queued_when_the_scheduler_stops_is_refused_and_discarded():
     h = Harness(["Hi."])
     held, sink = h.held("u1", "Hi")
-    done = h.scheduler.speculate("u1", "Hi", NO_THINK, held, probe=False)
+    done = h.scheduler.preempt("u1", "Hi", NO_THINK, held, probe=False)
     h.scheduler.stop()
     h.scheduler.run_pending()
     assert isinstance(done.exception(timeout=0), NotActiveError)
@@ -360,7 +360,7 @@ def test_a_job_that_raises_is_reported_and_the_worker_goes_on():
 
     h = Harness(["Still here."], make_request=make_request)
     held, _ = h.held("u1", "boom")
-    done = h.scheduler.speculate("u1", "boom", NO_THINK, held, probe=True)
+    done = h.scheduler.preempt("u1", "boom", NO_THINK, held, probe=True)
     h.scheduler.run_pending()  # (run_forever's loop runs the same run_job)
     assert isinstance(done.exception(timeout=0), RuntimeError)
     assert [kind for kind, _ in h.failures] == ["worker"]
@@ -376,7 +376,7 @@ def test_the_probe_cuts_after_the_users_words_even_when_they_are_the_templates()
     h = Harness([])
     h.engine.continuation_p = lambda prompt, continuations: 0.5
     for word in ("model", "turn", "thought"):
-        h.scheduler.speculate("u1", word, NO_THINK, None, probe=True)
+        h.scheduler.preempt("u1", word, NO_THINK, None, probe=True)
         h.scheduler.run_pending()
         probe, continuations = h.engine.probes[-1]
         assert probe.endswith("<|turn>user\n" + word), probe[-60:]

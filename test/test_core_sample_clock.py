@@ -1,4 +1,4 @@
-"""The capture stamps' sample clock (core/speech/sample_clock.py): contiguous through jitter and
+"""The capture stamps' sample clock (core/audio/sample_clock.py): contiguous through jitter and
 stalls, gaps only where the device lost audio. Synchronous: blocks pushed with their arrival."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from bolt_agent.core.speech.audio_io import MicCapture
-from bolt_agent.core.speech.listener import StreamGaps
-from bolt_agent.core.speech.sample_clock import SampleClock
+from bolt_agent.core.asr.audio_ingest import StreamGaps
+from bolt_agent.core.audio.audio_io import MicCapture
+from bolt_agent.core.audio.sample_clock import SampleClock
 
 NS = 1_000_000_000
 RATE = 48_000

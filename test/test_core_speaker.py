@@ -1,4 +1,4 @@
-"""The TTS stage's turn and stop bookkeeping (core.speech.speaker), driven synchronously: a fake
+"""The TTS stage's turn and stop bookkeeping (core.tts.speaker), driven synchronously: a fake
 synthesiser, a fake sink whose progress the test sets, no threads, no ROS."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bolt_agent.core.speech.playback import StopReport
-from bolt_agent.core.speech.speaker import (
+from bolt_agent.core.audio.playback import StopReport
+from bolt_agent.core.tts.speaker import (
     CUT_HELD,
     MAX_TURNS,
     NO_OUTPUT,
@@ -576,7 +576,7 @@ def test_the_rest_of_a_held_turn_that_a_stop_discarded_here_is_dropped_not_half_
 
 
 def test_phrase_cache_keeps_short_phrases_and_evicts_the_least_recent():
-    from bolt_agent.core.speech.phrase_cache import PhraseCache
+    from bolt_agent.core.tts.phrase_cache import PhraseCache
 
     calls: list[str] = []
 
@@ -610,7 +610,7 @@ def test_phrase_cache_keeps_short_phrases_and_evicts_the_least_recent():
 
 
 def test_a_speaker_on_a_phrase_cache_plays_a_repeated_opening_without_synthesising_it():
-    from bolt_agent.core.speech.phrase_cache import PhraseCache
+    from bolt_agent.core.tts.phrase_cache import PhraseCache
 
     synthesised: list[str] = []
 
@@ -665,7 +665,7 @@ def test_a_turns_first_audio_starts_near_its_first_audible_sample():
 
 
 def test_trim_leading_silence_is_a_view_and_bounded_by_the_start():
-    from bolt_agent.core.speech.speaker import trim_leading_silence
+    from bolt_agent.core.tts.speaker import trim_leading_silence
 
     audio = np.array([0, 0, -5000, 1], np.int16)
     audio.setflags(write=False)

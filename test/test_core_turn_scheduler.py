@@ -11,7 +11,7 @@ from bolt_agent.core.llm.scripted_engine import ScriptedEngine
 from bolt_agent.core.llm.turn_runner import RunnerConfig, TurnRequest, TurnRunner
 from bolt_agent.core.llm.turn_scheduler import NotActiveError, TurnScheduler
 from bolt_agent.core.turn_metrics import turn_outcome
-from turn_sinks import RecordingSink
+from support.turn_sinks import RecordingSink
 
 NO_THINK = Knobs(enable_thinking=False)
 

@@ -21,7 +21,7 @@ import bolt_agent.core
 from bolt_agent.nodes.qos import RELIABLE
 from bolt_agent_interfaces.action import ExecuteTool
 from bolt_agent_interfaces.msg import SpokenText
-from ros_helpers import ros_node, spin_until
+from support.ros_helpers import ros_node, spin_until
 
 ROOT = Path(__file__).resolve().parents[1]
 PROCS = Path(__file__).parent / "procs"

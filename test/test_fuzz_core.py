@@ -14,6 +14,17 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bolt_agent.core.asr.asr_engine import AsrResult
+from bolt_agent.core.asr.end_of_turn import EndOfTurnSettings
+from bolt_agent.core.asr.listener import (
+    Listener,
+    ListenerSettings,
+    NoSpeech,
+    TranscriptEvent,
+    TranscriptionFailed,
+    VoiceActivityEvent,
+)
+from bolt_agent.core.asr.vad_segmenter import WINDOW, VadConfig, VadSegmenter
 from bolt_agent.core.llm.chat_template import Knobs
 from bolt_agent.core.llm.dialogue import Dialogue
 from bolt_agent.core.llm.output_parser import EndOfTurn, OutputParser, ToolCall
@@ -23,18 +34,7 @@ from bolt_agent.core.llm.turn_runner import RunnerConfig, TurnRequest, TurnRunne
 from bolt_agent.core.llm.turn_scheduler import TurnScheduler
 from bolt_agent.core.motion.animation import AnimationLibrary
 from bolt_agent.core.motion.animation_control import AnimationController
-from bolt_agent.core.speech.asr_engine import AsrResult
-from bolt_agent.core.speech.end_of_turn import EndOfTurnSettings
-from bolt_agent.core.speech.listener import (
-    Listener,
-    ListenerSettings,
-    NoSpeech,
-    TranscriptEvent,
-    TranscriptionFailed,
-    VoiceActivityEvent,
-)
-from bolt_agent.core.speech.vad_segmenter import WINDOW, VadConfig, VadSegmenter
-from turn_sinks import RecordingSink
+from support.turn_sinks import RecordingSink
 
 FUZZ_EXAMPLES = int(os.environ.get("BOLT_FUZZ_EXAMPLES", "2000"))
 FUZZ = settings(
@@ -108,12 +108,12 @@ listener_op = st.one_of(
     probs=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=40),
     outcomes=st.lists(st.sampled_from(["text", "none", "raise"]), min_size=1, max_size=5),
     echo=st.sampled_from(["off", "gate", "barge_in"]),
-    speculative=st.booleans(),
+    early=st.booleans(),
     partial_s=st.sampled_from([0.0, 0.05, 0.3]),
     ops=st.lists(listener_op, max_size=60),
     semantic=st.booleans(),
 )
-def test_fuzz_listener(probs, outcomes, echo, speculative, partial_s, ops, semantic):
+def test_fuzz_listener(probs, outcomes, echo, early, partial_s, ops, semantic):
     runner = LaterRunner()
     vad = VadSegmenter(
         VadConfig(min_speech_ms=64, min_silence_ms=96, speech_pad_ms=32, max_speech_s=1.0),
@@ -123,7 +123,7 @@ def test_fuzz_listener(probs, outcomes, echo, speculative, partial_s, ops, seman
     # likely ones after 64 ms
     mode = "semantic" if semantic else "fixed"
     eot = EndOfTurnSettings(mode, 32, 96, 0.3, 64, likely_threshold=0.1, likely_silence_ms=64)
-    settings_ = ListenerSettings(echo, 0.8, 64, 0, partial_s, speculative, 0.5, eot)
+    settings_ = ListenerSettings(echo, 0.8, 64, 0, partial_s, early, 0.5, eot)
     clock = iter(range(10**6)).__next__  # a deterministic clock (the echo tail is 0)
     listener = Listener(FlakyAsr(outcomes), settings_, vad, runner, clock=lambda: clock())
     events: list = []
@@ -152,7 +152,7 @@ def test_fuzz_listener(probs, outcomes, echo, speculative, partial_s, ops, seman
     outcome: dict[str, int] = {}
     for e in events:
         if isinstance(e, VoiceActivityEvent) and e.resumed:
-            # speaking again after a speculative end: within the utterance in progress
+            # speaking again after an early end: within the utterance in progress
             assert speaking and e.speaking and e.utterance_id == started_last, e
         elif isinstance(e, VoiceActivityEvent):
             assert e.speaking != speaking, "voice activity must alternate start/stop"

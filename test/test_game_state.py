@@ -13,7 +13,7 @@ from bolt_agent.core.paths import config_dir
 from bolt_agent.core.tools.game_state import TOOL_SCHEMAS, GameState, GameTools, TradeRefused
 from bolt_agent.nodes import qos
 from bolt_agent_interfaces.action import ExecuteTool
-from ros_helpers import ros_node, spin_until
+from support.ros_helpers import ros_node, spin_until
 
 
 @pytest.fixture

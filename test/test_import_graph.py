@@ -93,3 +93,48 @@ def test_core_depends_on_no_outer_layer(layer):
         if m.startswith("bolt_agent.core")
     }
     assert not {m: d for m, d in bad.items() if d}
+
+
+@pytest.mark.parametrize("stage", ["asr", "tts", "audio"])
+def test_speech_stages_do_not_import_each_other(stage):
+    """The ASR stage, the TTS stage and the audio devices are separate folders because they
+    never import each other: keep it so (the nodes join them)."""
+    graph = import_graph()
+    others = [f"bolt_agent.core.{s}." for s in ("asr", "tts", "audio") if s != stage]
+    bad = {
+        m: sorted(d for d in deps if d.startswith(tuple(others)))
+        for m, deps in graph.items()
+        if m.startswith(f"bolt_agent.core.{stage}")
+    }
+    assert not {m: d for m, d in bad.items() if d}
+
+
+def test_node_files_stay_wiring():
+    """A node module is parameters, wiring and lifecycle: over 400 lines means logic that
+    belongs in core/ or a module beside it (``<node>_params.py``, ``<node>_outputs.py``)."""
+    long = {
+        p.name: n
+        for p in sorted((PKG / "nodes").glob("*.py"))
+        if (n := len(p.read_text().splitlines())) > 400
+    }
+    assert not long
+
+
+def test_no_test_module_imports_another():
+    """Shared helpers live in test/support/; a test module importing another would also pull
+    its fixtures and tests along."""
+    tests = PKG.parent / "test"
+    names = {p.stem for p in tests.glob("test_*.py")}
+    found = {}
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                mods = [node.module]
+            elif isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            else:
+                continue
+            hits = [m for m in mods if m.split(".")[-1] in names or m.split(".")[0] in names]
+            if hits:
+                found[str(path.relative_to(tests))] = hits
+    assert not found

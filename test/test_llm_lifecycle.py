@@ -6,7 +6,7 @@ from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.parameter import Parameter
 
 from bolt_agent.nodes.llm_node import LlmNode
-from ros_helpers import ros_node
+from support.ros_helpers import ros_node
 
 
 def test_configure_activate_deactivate_reactivate_cleanup():

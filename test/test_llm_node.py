@@ -2,35 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
-from rclpy.action import ActionClient, ActionServer
-from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.action import ActionClient
 from std_msgs.msg import Bool, String
 from std_srvs.srv import Trigger
-from test_diagnostics import Diagnostics
 
 from bolt_agent.nodes.qos import LATCHED, RELIABLE
-from bolt_agent_interfaces.action import Converse, PlayAnimation
+from bolt_agent_interfaces.action import Converse
 from bolt_agent_interfaces.msg import (
-    SpokenText,
     Transcript,
     TtsState,
-    TurnMetrics,
     VoiceActivity,
 )
-from ros_helpers import ros_node, spin_until, wait_for_subscriber
-
-BASE_PARAMS = {
-    "enable_thinking": "false",
-    "max_speech_chars": "40",
-    "max_new_tokens": "128",
-    "seed": "11",
-    "tool_server_wait_s": "1.0",
-}
-
+from support.diagnostics import Diagnostics
+from support.llm import Recorder, start_llm
+from support.ros_helpers import ros_node, spin_until, wait_for_subscriber
 
 #: a long spoken answer, to be interrupted after its first sentence. Sampled (seed 11): greedy
 #: ends the story with its first sentence
@@ -41,61 +29,6 @@ STORY = {
     "max_steps": "1",
     "model_sampling": "false",
 }
-
-
-def start_llm(node_process, ns: str, **params):
-    args = ["-m", "bolt_agent.nodes.llm_node", "--ros-args", "-r", f"__ns:={ns}"]
-    for key, value in {**BASE_PARAMS, **params}.items():
-        args += ["-p", f"{key}:={value}"]
-    return node_process(*args, name="llm_node")
-
-
-class Recorder:
-    """Test-side node: SpokenText subscriber, PlayAnimation server, prompt publisher."""
-
-    def __init__(self, node, serve_animation: bool = True):
-        self.node = node
-        self.said: list[tuple[float, SpokenText]] = []
-        self.goals: list[tuple[float, PlayAnimation.Goal]] = []
-        self.tool_events: list[dict] = []
-        self.thinking: list[str] = []
-        self.metrics: list[TurnMetrics] = []
-        self.stops: list[str] = []
-        node.create_subscription(SpokenText, "speech/say", self._said, RELIABLE)
-        node.create_subscription(
-            String,
-            "llm/tool_events",
-            lambda m: self.tool_events.append(json.loads(m.data)),
-            RELIABLE,
-        )
-        node.create_subscription(
-            String, "llm/thinking", lambda m: self.thinking.append(m.data), RELIABLE
-        )
-        node.create_subscription(TurnMetrics, "bolt/turn_metrics", self.metrics.append, RELIABLE)
-        node.create_subscription(String, "tts/stop", lambda m: self.stops.append(m.data), RELIABLE)
-        self.prompt = node.create_publisher(String, "teleop/prompt", RELIABLE)
-        if serve_animation:
-            self.server = ActionServer(
-                node,
-                PlayAnimation,
-                "animation/play",
-                self._execute,
-                callback_group=ReentrantCallbackGroup(),
-            )
-
-    def _said(self, msg: SpokenText) -> None:
-        self.said.append((time.monotonic(), msg))
-
-    def _execute(self, goal_handle):
-        self.goals.append((time.monotonic(), goal_handle.request))
-        goal_handle.succeed()
-        return PlayAnimation.Result(success=True, message="played")
-
-    def turn_over(self, turn_id: str) -> bool:
-        return any(m.turn_id == turn_id and m.is_last_in_turn for _, m in self.said)
-
-    def spoken(self, turn_id: str) -> list[tuple[float, SpokenText]]:
-        return [(t, m) for t, m in self.said if m.turn_id == turn_id and m.text]
 
 
 def test_speech_reaches_subscribers_before_every_tool_goal(node_process, unique_ns):

@@ -12,7 +12,7 @@ from bolt_agent.core.llm.scripted_engine import EOG_PIECE, ScriptedEngine
 from bolt_agent.core.llm.turn_runner import RunnerConfig, ToolResult, TurnRequest, TurnRunner
 from bolt_agent.core.llm.types import SamplingParams
 from bolt_agent.core.models import resolve_model
-from turn_sinks import RecordingSink
+from support.turn_sinks import RecordingSink
 
 
 @pytest.fixture(scope="module")

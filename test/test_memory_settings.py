@@ -55,7 +55,7 @@ def test_release_free_memory_returns_a_bool():
 
 def test_piper_gives_the_arena_back_only_after_long_sentences():
     from bolt_agent.core.models import resolve_model
-    from bolt_agent.core.speech.tts_engine import PiperEngine
+    from bolt_agent.core.tts.tts_engine import PiperEngine
 
     tts = PiperEngine(resolve_model("", kind="tts"), shrink_above_chars=30)
     tts.load()
@@ -74,7 +74,7 @@ import json
 from bolt_agent.benchmarks.stack_host import rss_mb
 from bolt_agent.core.memory import release_free_memory
 from bolt_agent.core.models import resolve_model
-from bolt_agent.core.speech.tts_engine import PiperEngine
+from bolt_agent.core.tts.tts_engine import PiperEngine
 
 tts = PiperEngine(resolve_model("", kind="tts"), cpu_threads=1)  # shrink above 60 characters
 tts.load()
@@ -107,7 +107,7 @@ def test_piper_release_memory_gives_the_kept_arena_back():
 def test_piper_release_memory_after_close_does_nothing_and_synthesis_says_why():
     """tts_node's tracking thread may release memory while the node is cleaned up."""
     from bolt_agent.core.models import resolve_model
-    from bolt_agent.core.speech.tts_engine import PiperEngine
+    from bolt_agent.core.tts.tts_engine import PiperEngine
 
     tts = PiperEngine(resolve_model("", kind="tts"))
     tts.load()

@@ -22,7 +22,7 @@ from bolt_agent.nodes.operator_switch import (
     SwitchState,
     sample_key,
 )
-from ros_helpers import ros_node, spin_until, wait_for_subscriber
+from support.ros_helpers import ros_node, spin_until, wait_for_subscriber
 
 A, B = b"writer-a", b"writer-b"
 

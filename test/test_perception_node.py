@@ -12,8 +12,8 @@ from sensor_msgs.msg import Image
 from bolt_agent.core.vision.image_conv import from_image_fields, to_image_fields
 from bolt_agent.nodes import qos
 from bolt_agent_interfaces.msg import SceneDescription
-from perception_videos import astronaut_bgr, scenario_frames, write_video
-from ros_helpers import ros_node, spin_until
+from support.perception_videos import astronaut_bgr, scenario_frames, write_video
+from support.ros_helpers import ros_node, spin_until
 
 
 def start(node_process, ns: str, **params):

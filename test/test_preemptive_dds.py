@@ -14,9 +14,9 @@ from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.action import ActionServer
 from rclpy.callback_groups import ReentrantCallbackGroup
 
+from bolt_agent.core.audio.audio_io import float_to_int16, int16_to_float, resample
 from bolt_agent.core.models import resolve_model
-from bolt_agent.core.speech.audio_io import float_to_int16, int16_to_float, resample
-from bolt_agent.core.speech.tts_engine import PiperEngine
+from bolt_agent.core.tts.tts_engine import PiperEngine
 from bolt_agent.nodes import qos
 from bolt_agent_interfaces.action import PlayAnimation
 from bolt_agent_interfaces.msg import (
@@ -27,7 +27,7 @@ from bolt_agent_interfaces.msg import (
     TurnMetrics,
     VoiceActivity,
 )
-from ros_helpers import ros_node, spin_until, wait_for_subscriber
+from support.ros_helpers import ros_node, spin_until, wait_for_subscriber
 
 CHUNK = 512  # 32 ms blocks, as a microphone
 LLM = {
@@ -221,7 +221,7 @@ def test_a_user_who_goes_on_after_a_pause_hears_nothing_of_the_preemptive_answer
     assert voice[0] == (True, False, uid) and voice[-1] == (False, False, uid), voice
     assert (True, True, uid) in voice  # the user went on after the pause
     specs = [m for _, m in robot.t["text"] if m.speculative]
-    assert specs and "window" not in specs[0].text.lower()  # the pause's speculation
+    assert specs and "window" not in specs[0].text.lower()  # the pause's early transcript
     # the LLM judged the first half (its p_complete is the model's: "towards" asks for more
     # whatever it says, so the ASR waited)
     assert [m for _, m in robot.t["hint"] if m.text == specs[0].text], robot.t["hint"]
@@ -250,7 +250,7 @@ def test_a_user_who_goes_on_after_a_pause_hears_nothing_of_the_preemptive_answer
 
     spin_until(ex, llm_counts, 10, f"llm_node diagnostics: {robot.diag.get('llm_node')}")
     assert int(robot.diag["asr_node"]["resumed_after_pause"]) >= 1
-    # with the option, the resumed voice activity queued the prefill of the speculative words
+    # with the option, the resumed voice activity queued the prefill of the early transcript's words
     # (the node wiring; what the prefill does for the probe and the turn: test_core_preemptive,
     # test_llm_turns); without it, none
     prefills = int(robot.diag["llm_node"]["prefills_after_pause"])

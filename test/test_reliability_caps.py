@@ -13,17 +13,17 @@ import numpy as np
 from rclpy.action import ActionClient
 from sensor_msgs.msg import Image
 from std_msgs.msg import String
-from test_diagnostics import Diagnostics, start
-from test_llm_node import Recorder, start_llm
 
-from audio_fixtures import make_speech
-from bolt_agent.core.speech.audio_io import float_to_int16
+from bolt_agent.core.audio.audio_io import float_to_int16
 from bolt_agent.core.vision.image_conv import to_image_fields
 from bolt_agent.nodes import qos
 from bolt_agent_interfaces.action import Converse
 from bolt_agent_interfaces.msg import AudioChunk, SceneDescription, TurnMetrics, VoiceActivity
-from perception_videos import astronaut_bgr
-from ros_helpers import ros_node, spin_until, wait_for_subscriber
+from support.audio_fixtures import make_speech
+from support.diagnostics import Diagnostics, start
+from support.llm import Recorder, start_llm
+from support.perception_videos import astronaut_bgr
+from support.ros_helpers import ros_node, spin_until, wait_for_subscriber
 
 
 def counted(kind: str, n: int):

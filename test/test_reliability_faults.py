@@ -19,20 +19,19 @@ from rclpy._rclpy_pybind11 import RCLError
 from rclpy.action import ActionClient
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
-from test_diagnostics import Diagnostics, start
-from test_launch_args import launch  # noqa: F401 - fixture
 
-from animation_dds import AnimationRig, start_animation_node
-from audio_fixtures import make_speech
+from bolt_agent.core.audio.audio_io import float_to_int16
 from bolt_agent.core.llm.profile import load_profile
-from bolt_agent.core.speech.audio_io import float_to_int16
 from bolt_agent.core.tools.registry import ToolRegistry
 from bolt_agent.nodes import qos
-from bolt_agent.nodes.base import ACTION_SERVICE_QOS
+from bolt_agent.nodes.guard import ACTION_SERVICE_QOS
 from bolt_agent.nodes.tool_dispatcher import ToolDispatcher
 from bolt_agent_interfaces.action import PlayAnimation
 from bolt_agent_interfaces.msg import AudioChunk, SpokenText, Transcript
-from ros_helpers import ros_node, spin_until, spinning_node, wait_until
+from support.animation_dds import AnimationRig, start_animation_node
+from support.audio_fixtures import make_speech
+from support.diagnostics import Diagnostics, start
+from support.ros_helpers import ros_node, spin_until, spinning_node, wait_until
 
 ANIMATION = "trigger_reachy_animation"
 
@@ -166,7 +165,7 @@ def test_a_tool_server_killed_mid_goal_gives_a_timeout_result_and_the_next_goal_
 
 
 @pytest.mark.slow
-def test_llm_node_killed_mid_turn_is_respawned_and_answers(launch, unique_ns):  # noqa: F811
+def test_llm_node_killed_mid_turn_is_respawned_and_answers(launch, unique_ns):
     stack = launch(
         "sim:=true", f"namespace:={unique_ns}", "asr:=false", "tts:=false", "perception:=false",
         "animation:=false", "game_state:=false", "respawn:=true", "respawn_delay:=0.5",

@@ -15,11 +15,12 @@ from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from std_msgs.msg import String
 
-from bolt_agent.core.speech.asr_engine import WhisperEngine
-from bolt_agent.core.speech.listener import audio_block_problem
-from bolt_agent.nodes.base import BoltNode, param
+from bolt_agent.core.asr.asr_engine import WhisperEngine
+from bolt_agent.core.asr.audio_ingest import audio_block_problem
+from bolt_agent.nodes.base import BoltNode
+from bolt_agent.nodes.params import param
 from bolt_agent_interfaces.action import ExecuteTool
-from ros_helpers import spin_until
+from support.ros_helpers import spin_until
 
 
 @dataclass(frozen=True)

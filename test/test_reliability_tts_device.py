@@ -18,14 +18,15 @@ from pathlib import Path
 import numpy as np
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
-from test_diagnostics import Diagnostics
 
-from audio_fixtures import pulse  # noqa: F401 - fixture
-from bolt_agent.core.speech.pulse_route import PulseRoute
-from bolt_agent.devices.pulse_server import wait_for
+from bolt_agent.core.audio.playback import Player
+from bolt_agent.core.audio.pulse_route import PulseRoute
 from bolt_agent.nodes import qos
+from bolt_agent.testing.pulse_server import wait_for
 from bolt_agent_interfaces.msg import SpokenText, TtsState
-from ros_helpers import ros_node, spin_until, wait_for_subscriber
+from support.audio_fixtures import pulse  # noqa: F401 - fixture
+from support.diagnostics import Diagnostics
+from support.ros_helpers import ros_node, spin_until, wait_for_subscriber
 
 LONG = (
     "Hello there, let me check the back room for you. "
@@ -231,3 +232,32 @@ def test_the_sink_watch_asks_pulseaudio_only_after_a_sink_event(pulse, monkeypat
         for m in (module, other):
             if m:
                 pulse.pactl("unload-module", m)
+
+
+def test_the_player_plays_on_its_routed_sink_also_after_a_stop(pulse, monkeypatch):  # noqa: F811
+    """PortAudio cannot name a PulseAudio sink, and tts_node no longer sets ``PULSE_SINK`` for
+    the whole process: the player opens its stream on its route's sink (here not the default
+    one), keeps it there when a stop restarts it (the ALSA plugin then makes a new PulseAudio
+    stream), and leaves the process's environment as it was."""
+    for key, value in pulse.base_env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("PULSE_SINK", raising=False)
+    name = f"route_{uuid.uuid4().hex[:6]}"
+    module = load_sink(pulse, name)
+    default = subprocess.run(
+        ["pactl", "get-default-sink"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert default and default != name
+    player = Player("", RATE, route=PulseRoute(name))
+    try:
+        player.open()
+        assert "PULSE_SINK" not in os.environ
+        assert player.route.stream_sinks() == [name]
+        player.write("tone", (np.sin(np.arange(RATE // 2) / 5.0) * 8000).astype(np.int16))
+        player.stop()
+        assert player.route.stream_sinks() == [name]
+        assert player.lost() is None
+    finally:
+        player.close()
+        player.route.close()
+        pulse.pactl("unload-module", module)

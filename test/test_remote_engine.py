@@ -11,7 +11,6 @@ import threading
 import time
 
 import pytest
-from remote_server import LlamaServer, free_port
 
 from bolt_agent.core.llm.chat_template import Knobs
 from bolt_agent.core.llm.dialogue import Dialogue
@@ -21,7 +20,8 @@ from bolt_agent.core.llm.remote import RemoteConfig, build_remote_engine
 from bolt_agent.core.llm.turn_runner import RunnerConfig, TurnRequest, TurnRunner
 from bolt_agent.core.llm.types import SamplingParams
 from bolt_agent.core.models import resolve_model
-from turn_sinks import RecordingSink
+from support.remote_server import LlamaServer, free_port
+from support.turn_sinks import RecordingSink
 
 MODEL = str(resolve_model("", kind="llm"))
 

@@ -14,14 +14,14 @@ import pytest
 import yaml
 from rclpy.action import ActionServer
 from rclpy.callback_groups import ReentrantCallbackGroup
-from remote_server import LlamaServer, free_port
 from std_msgs.msg import String
-from test_diagnostics import Diagnostics
 
 from bolt_agent.nodes.qos import RELIABLE
 from bolt_agent_interfaces.action import PlayAnimation
 from bolt_agent_interfaces.msg import SpokenText, TurnMetrics
-from ros_helpers import ros_node, spin_until, wait_for_subscriber
+from support.diagnostics import Diagnostics
+from support.remote_server import LlamaServer, free_port
+from support.ros_helpers import ros_node, spin_until, wait_for_subscriber
 
 KEY = "sk-bolt-test-4f1c"  # the server refuses requests without it
 

@@ -37,13 +37,13 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, String
 
 from bolt_agent.nodes.action_client import ActionClient
-from bolt_agent.nodes.base import descriptor, parameter_fields
 from bolt_agent.nodes.llm_params import LlmParams
+from bolt_agent.nodes.params import descriptor, parameter_fields
 from bolt_agent.nodes.qos import AUDIO, LATCHED, RELIABLE
 from bolt_agent.stack.table import defaults, select
 from bolt_agent_interfaces.action import PlayAnimation
 from bolt_agent_interfaces.msg import AudioChunk, SpokenText, TtsState, TurnMetrics
-from ros_helpers import (
+from support.ros_helpers import (
     Ros2Launch,
     Streaming,
     ros2,

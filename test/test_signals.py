@@ -17,7 +17,7 @@ from std_msgs.msg import String
 
 from bolt_agent.nodes import qos
 from bolt_agent_interfaces.msg import AudioChunk, TtsState
-from ros_helpers import spinning_node, wait_until
+from support.ros_helpers import spinning_node, wait_until
 
 LONG = (
     "This is a long sentence that takes a while to say, so that the signal lands in the "

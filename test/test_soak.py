@@ -13,7 +13,6 @@ import sys
 
 import pytest
 
-from animation_dds import start_animation_node
 from bolt_agent.benchmarks.report import markdown
 from bolt_agent.benchmarks.soak import summarize
 from bolt_agent.core.llm.llama.engine import _Chain
@@ -21,7 +20,8 @@ from bolt_agent.core.llm.profile import load_profile
 from bolt_agent.core.llm.types import SamplingParams
 from bolt_agent.core.tools.registry import ToolRegistry
 from bolt_agent.nodes.tool_dispatcher import ToolDispatcher
-from ros_helpers import spinning_node
+from support.animation_dds import start_animation_node
+from support.ros_helpers import spinning_node
 
 TURNS = 5
 

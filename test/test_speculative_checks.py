@@ -13,7 +13,7 @@ from bolt_agent.core.llm.llama.speculative.gguf_check import (
     read_drafter,
 )
 from bolt_agent.core.llm.llama.speculative.ngram import lookup
-from tiny_gguf import DrafterSpec, TargetSpec, truncate, write_drafter, write_target
+from support.tiny_gguf import DrafterSpec, TargetSpec, truncate, write_drafter, write_target
 
 LLAMA3 = TargetInfo(arch="llama", n_layer=3, n_embd=64, n_vocab=354)
 

@@ -13,7 +13,7 @@ from bolt_agent.core.llm.output_parser import _THINK
 from bolt_agent.core.llm.turn_runner import TurnRequest
 from bolt_agent.core.llm.types import SamplingParams
 from bolt_agent.core.models import resolve_model
-from tiny_gguf import DrafterSpec, Sink, generate, runner_for, write_drafter
+from support.tiny_gguf import DrafterSpec, Sink, generate, runner_for, write_drafter
 
 GREEDY = SamplingParams(temperature=0.0)
 PROMPTS = [

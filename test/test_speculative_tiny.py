@@ -9,7 +9,7 @@ from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
 from bolt_agent.core.llm.llama.speculative import DrafterError, SpecConfig, build_speculator
 from bolt_agent.core.llm.turn_runner import TurnRequest
 from bolt_agent.core.llm.types import SamplingParams
-from tiny_gguf import (
+from support.tiny_gguf import (
     MASK_CHAR,
     DrafterSpec,
     Sink,

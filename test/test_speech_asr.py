@@ -13,27 +13,17 @@ import pytest
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState
 from std_msgs.msg import String
-from test_diagnostics import Diagnostics
 
-from audio_fixtures import make_speech, pulse, speech_wav, wait_for, wer  # noqa: F401 - fixtures
-from bolt_agent.core.speech.audio_io import float_to_int16
+from bolt_agent.core.audio.audio_io import float_to_int16
 from bolt_agent.nodes import qos
 from bolt_agent_interfaces.msg import AudioChunk, Transcript, TtsState, TurnMetrics, VoiceActivity
-from ros_helpers import ros_node, spin_until, wait_for_subscriber
+from support.asr import start_asr
+from support.audio_fixtures import make_speech, pulse, speech_wav, wait_for, wer  # noqa: F401 - fixtures
+from support.diagnostics import Diagnostics
+from support.ros_helpers import ros_node, spin_until, wait_for_subscriber
 
 BOUNDARY_S = 0.2
 CHUNK = 1600  # 100 ms blocks
-
-
-def start_asr(
-    node_process, ns: str, *params: str, remaps: tuple[str, ...] = (), env: dict | None = None
-):
-    args = ["-m", "bolt_agent.nodes.asr_node", "--ros-args", "-r", f"__ns:={ns}"]
-    for p in params:
-        args += ["-p", p]
-    for r in remaps:
-        args += ["-r", r]
-    return node_process(*args, env=env, name="asr")
 
 
 def start_asr_as(node_process, ns: str, name: str, prefix: str, *params: str):
@@ -243,21 +233,21 @@ def test_echo_modes_barge_in_and_gate(node_process, unique_ns, speech_wav):  # n
 
 
 @pytest.mark.slow
-def test_speculative_final_is_transcribed_before_the_end_of_speech_is_confirmed(
+def test_early_final_is_transcribed_before_the_end_of_speech_is_confirmed(
     node_process,
     unique_ns,
     speech_wav,  # noqa: F811
 ):
-    """With a long `min_silence_ms`, whisper's speculative result for the silence that began is
+    """With a long `min_silence_ms`, whisper's early result for the silence that began is
     published (as a partial over exactly the final's span) before the VAD confirms the end, and
-    the final repeats it; with `speculative_final: false` nothing comes before the end."""
+    the final repeats it; with `early_final: false` nothing comes before the end."""
     common = (  # fixed: the words cannot end the utterance before the 1.2 s silence
         "audio_source:=topic", "partial_interval_s:=0.0", "end_of_turn:=fixed",
         "min_silence_ms:=1200",
     )  # fmt: skip
     spec_proc = start_asr(node_process, unique_ns, *common)
     plain_proc = start_asr_as(
-        node_process, unique_ns, "asr_plain", "plain", *common, "speculative_final:=false"
+        node_process, unique_ns, "asr_plain", "plain", *common, "early_final:=false"
     )
     with ros_node("asr_probe") as (node, ex):
         seen, status = watch_asr_nodes(
@@ -286,7 +276,7 @@ def test_speculative_final_is_transcribed_before_the_end_of_speech_is_confirmed(
         mine = [e for e in events if e.utterance_id == final.utterance_id]
         end = next(i for i, e in enumerate(mine) if isinstance(e, VoiceActivity) and not e.speaking)
         early = [e for e in mine[:end] if isinstance(e, Transcript)]
-        # (a pause inside the sentence may have given an earlier speculative partial too)
+        # (a pause inside the sentence may have given an earlier early partial too)
         assert early and not any(e.is_final for e in early), mine
         assert early[-1].text == final.text and wer(text, final.text) <= 0.1, (early, final)
         # same span (stamps map sample offsets through the latest block's arrival time)

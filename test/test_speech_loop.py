@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 from std_msgs.msg import String
-from test_diagnostics import Diagnostics
-from test_speech_asr import start_asr
 
-from audio_fixtures import pulse, wer  # noqa: F401 - fixture
-from bolt_agent.core.speech.listener import StreamGaps
+from bolt_agent.core.asr.audio_ingest import StreamGaps
 from bolt_agent.nodes import qos
 from bolt_agent_interfaces.msg import AudioChunk, SpokenText, Transcript, TtsState, TurnMetrics
-from ros_helpers import NodeProcess, ros_node, spin_until, wait_for_subscriber
+from support.asr import start_asr
+from support.audio_fixtures import pulse, wer  # noqa: F401 - fixture
+from support.diagnostics import Diagnostics
+from support.ros_helpers import NodeProcess, ros_node, spin_until, wait_for_subscriber
 
 SENTENCE = "Hello there, let me check the back room for you."
 BAG = ("-m", "bolt_agent.cli", "bag")

@@ -9,11 +9,11 @@ import pytest
 from rclpy.action import ActionClient
 from std_msgs.msg import String
 
-from audio_fixtures import pulse, wait_for  # noqa: F401 - fixture
 from bolt_agent.nodes import qos
 from bolt_agent_interfaces.action import Speak
 from bolt_agent_interfaces.msg import AudioChunk, SpokenText, TtsState, TurnMetrics, VoiceActivity
-from ros_helpers import ros_node, spin_until, wait_for_publisher, wait_for_subscriber
+from support.audio_fixtures import pulse, wait_for  # noqa: F401 - fixture
+from support.ros_helpers import ros_node, spin_until, wait_for_publisher, wait_for_subscriber
 
 LONG = (
     "Hello there, let me check the back room for you. "

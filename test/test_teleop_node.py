@@ -11,9 +11,9 @@ from action_msgs.msg import GoalStatus
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, String
 
-from animation_dds import LATCHED, AnimationRig, start_animation_node
 from bolt_agent.core.motion.animation import JOINTS, AnimationLibrary
-from ros_helpers import ros_node, spin_until
+from support.animation_dds import LATCHED, AnimationRig, start_animation_node
+from support.ros_helpers import ros_node, spin_until
 
 
 @pytest.fixture

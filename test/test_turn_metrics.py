@@ -11,7 +11,7 @@ from builtin_interfaces.msg import Time
 from bolt_agent.core.turn_metrics import PartialMetrics, TurnRecord, TurnTable, summarize
 from bolt_agent.nodes.qos import RELIABLE
 from bolt_agent_interfaces.msg import TurnMetrics
-from ros_helpers import ros_node, wait_for_subscriber
+from support.ros_helpers import ros_node, wait_for_subscriber
 
 T0 = 1_700_000_000 * 10**9  # an epoch time in ns
 

@@ -1,7 +1,7 @@
-"""Whisper on CTranslate2 without faster-whisper (core/speech/whisper_ct2): the same features,
+"""Whisper on CTranslate2 without faster-whisper (core/asr/whisper_ct2): the same features,
 suppressed tokens and transcripts as faster-whisper's ``WhisperModel.transcribe`` (the
 reference, imported here only), the same token ids and texts as the ``tokenizers`` package
-(core/speech/byte_bpe), and an ASR path that imports neither faster-whisper, PyAV nor
+(core/asr/byte_bpe), and an ASR path that imports neither faster-whisper, PyAV nor
 tokenizers."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import sys
 import numpy as np
 import pytest
 
-from audio_fixtures import speech_wav  # noqa: F401 - fixture
+from bolt_agent.core.asr.whisper_ct2 import WhisperVocab, log_mel, mel_filters
 from bolt_agent.core.models import resolve_model
-from bolt_agent.core.speech.whisper_ct2 import WhisperVocab, log_mel, mel_filters
+from support.audio_fixtures import speech_wav  # noqa: F401 - fixture
 
 
 def _chirp(seconds: float = 2.3) -> np.ndarray:
@@ -65,7 +65,7 @@ def test_byte_bpe_encodes_and_decodes_as_the_tokenizers_package():
 
     import tokenizers
 
-    from bolt_agent.core.speech.byte_bpe import ByteLevelTokenizer
+    from bolt_agent.core.asr.byte_bpe import ByteLevelTokenizer
 
     path = resolve_model("", kind="asr") / "tokenizer.json"
     hf, ours = tokenizers.Tokenizer.from_file(str(path)), ByteLevelTokenizer(path)
@@ -98,7 +98,7 @@ def test_transcripts_are_faster_whispers(speech_wav):  # noqa: F811
     from faster_whisper import WhisperModel
 
     from bolt_agent.benchmarks.offline import library_transcribe, windowed_whisper_model
-    from bolt_agent.core.speech.asr_engine import WhisperEngine
+    from bolt_agent.core.asr.asr_engine import WhisperEngine
 
     model_dir = resolve_model("", kind="asr")
     ours = WhisperEngine(model_dir, "cpu", cpu_threads=2, encoder_window_s=10)
@@ -133,8 +133,8 @@ import json, sys
 import numpy as np
 import bolt_agent.nodes.asr_node
 from bolt_agent.core.models import resolve_model
-from bolt_agent.core.speech.asr_engine import WhisperEngine
-from bolt_agent.core.speech.vad_segmenter import SileroStream
+from bolt_agent.core.asr.asr_engine import WhisperEngine
+from bolt_agent.core.asr.vad_segmenter import SileroStream
 audio = np.load({str(speech_wav.path.with_suffix(".npy"))!r})
 probs = SileroStream().load()(audio[: len(audio) // 512 * 512])
 engine = WhisperEngine(resolve_model("", kind="asr"), "cpu")
@@ -166,7 +166,7 @@ def test_an_english_only_model_gets_neither_language_nor_task_tokens():
     """(No *.en model is bundled: its one difference, the prompt, is checked on its own.)"""
     from types import SimpleNamespace
 
-    from bolt_agent.core.speech.asr_engine import WhisperEngine
+    from bolt_agent.core.asr.asr_engine import WhisperEngine
 
     model_dir = resolve_model("", kind="asr")
     engine = WhisperEngine(model_dir, "cpu")
@@ -179,7 +179,7 @@ def test_an_english_only_model_gets_neither_language_nor_task_tokens():
 
 
 def _decoded(text: str, tokens: int = 8, avg_logprob: float = -0.2):
-    from bolt_agent.core.speech.whisper_ct2 import Decoded, compression_ratio
+    from bolt_agent.core.asr.whisper_ct2 import Decoded, compression_ratio
 
     return Decoded(text, list(range(tokens)), avg_logprob, 0.01, 0.0, compression_ratio(text))
 
@@ -187,7 +187,7 @@ def _decoded(text: str, tokens: int = 8, avg_logprob: float = -0.2):
 def test_a_decoding_loop_is_told_from_speech():
     """``degenerate``: what the shorter first encoder window brings on (whisper-base, seen on
     Piper lines) is told from a sentence, including one with a word said twice."""
-    from bolt_agent.core.speech.whisper_ct2 import degenerate
+    from bolt_agent.core.asr.whisper_ct2 import degenerate
 
     assert degenerate(_decoded("Please give me a happy nod."), 20, -1.0) == ""
     assert degenerate(_decoded("No, no, I said the red one, the red one."), 20, -1.0) == ""
@@ -203,7 +203,7 @@ def test_a_decoding_loop_is_told_from_speech():
 def test_a_loop_of_one_sentence_gives_that_sentence():
     """``repeated_sentence``: the first window's usual failure on recorded speech is one
     sentence said again (the last copy cut by the token budget); anything else is redone."""
-    from bolt_agent.core.speech.whisper_ct2 import repeated_sentence
+    from bolt_agent.core.asr.whisper_ct2 import repeated_sentence
 
     loop = "Do you like music? Do you like music? Do you like music? Do you like"
     assert repeated_sentence(loop) == "Do you like music?"
@@ -230,8 +230,8 @@ def test_the_first_window_keeps_a_clean_transcript_and_redoes_a_runaway_one(
     too small for any sentence, every transcript is redone with the full window and gives the
     full window's text."""
     from bolt_agent.benchmarks.pad_accuracy import words
-    from bolt_agent.core.speech import asr_engine
-    from bolt_agent.core.speech.asr_engine import WhisperEngine
+    from bolt_agent.core.asr import asr_engine
+    from bolt_agent.core.asr.asr_engine import WhisperEngine
 
     model_dir = resolve_model("", kind="asr")
     full = WhisperEngine(model_dir, "cpu", cpu_threads=2, encoder_window_s=10)

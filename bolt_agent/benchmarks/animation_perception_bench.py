@@ -95,7 +95,7 @@ def bench_perception(repeats: int) -> dict:
     import cv2
 
     from bolt_agent.core.vision.perception import ClassicalBackend, SceneMonitor
-    from perception_videos import astronaut_bgr, scenario_frames
+    from support.perception_videos import astronaut_bgr, scenario_frames
 
     frames = [cv2.resize(f, (640, 480)) for f in scenario_frames()]
     frames.append(cv2.resize(astronaut_bgr(), (640, 480)))

@@ -3,7 +3,7 @@
     python -m bolt_agent.benchmarks.answer_path [--rounds 12] [--out F.json]
         [--variant NAME:few_shot_nearest_short=0,first_clause_chars=4 ...]
 
-After the speculative transcript, llm_node judges the words (the end-of-turn probe), then runs
+After the early transcript, llm_node judges the words (the end-of-turn probe), then runs
 the turn: prefill of the nearest few-shot exchange and the words, decoding to the first
 sentence; tts_node synthesises that sentence. This measures exactly that chain without ROS or
 audio — probe, first token, first sentence, Piper's audio of it — for several parameter sets
@@ -136,7 +136,7 @@ def one_turn(variant: Variant, index: int, text: str, tts) -> dict[str, float | 
 
 def run(variants: list[Variant], rounds: int, log=print) -> dict[str, Any]:
     from bolt_agent.core.models import resolve_model
-    from bolt_agent.core.speech.tts_engine import PiperEngine
+    from bolt_agent.core.tts.tts_engine import PiperEngine
 
     for v in variants:
         build(v)

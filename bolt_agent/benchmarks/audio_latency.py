@@ -44,7 +44,7 @@ def _burst(rate: int) -> np.ndarray:
 def play(block_ms: int, rate: int) -> int:
     """Child: a Player on the default output; ``burst`` on stdin → writes one, answers its
     wall-clock time."""
-    from bolt_agent.core.speech.playback import Player
+    from bolt_agent.core.audio.playback import Player
 
     player = Player("pulse", rate, block_ms=block_ms, latency="low")
     player.open()
@@ -63,7 +63,7 @@ def play(block_ms: int, rate: int) -> int:
 def listen(block_ms: int) -> int:
     """Child: a MicCapture on the default input; ``arm`` → the next callback with the burst is
     timed; ``get`` answers that time (0 when none came)."""
-    from bolt_agent.core.speech.audio_io import MicCapture
+    from bolt_agent.core.audio.audio_io import MicCapture
 
     state = {"armed": False, "hit": 0.0}
 

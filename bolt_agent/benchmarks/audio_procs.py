@@ -23,7 +23,7 @@ RATE = 16000
 
 
 def _device():
-    from bolt_agent.core.speech.audio_io import find_device
+    from bolt_agent.core.audio.audio_io import find_device
 
     return find_device("pulse", "output").index
 
@@ -31,7 +31,7 @@ def _device():
 def player() -> int:
     import sounddevice as sd
 
-    from bolt_agent.core.speech.audio_io import find_device
+    from bolt_agent.core.audio.audio_io import find_device
 
     lock = threading.Lock()
     state = {"buf": np.zeros(0, np.int16), "pos": 0, "frame": 0, "done_at": None}
@@ -85,7 +85,7 @@ def player() -> int:
 def recorder(out: str) -> int:
     import sounddevice as sd
 
-    from bolt_agent.core.speech.audio_io import find_device
+    from bolt_agent.core.audio.audio_io import find_device
 
     raw = open(out + ".raw", "wb")  # noqa: SIM115 - closed below
     clock = open(out + ".clock", "w")  # noqa: SIM115

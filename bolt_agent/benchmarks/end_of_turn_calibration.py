@@ -1,5 +1,5 @@
 """Calibrate the semantic end of turn on our own audio: Piper speaks finished requests and their
-unfinished beginnings, whisper transcribes them as the ASR node's speculative final would, and
+unfinished beginnings, whisper transcribes them as the ASR node's early final would, and
 the resident LLM judges each transcript as llm_node does (``TurnRunner.end_of_turn_probability``
 with the profile's prompt, examples and template). Reports the separation (AUC) of
 ``p_complete`` between finished and unfinished words, the text rule's accuracy, and the
@@ -92,7 +92,7 @@ def best_threshold(positives: list[float], negatives: list[float]) -> dict[str, 
 def ended_after(text: str, p_complete: float, settings) -> float | None:
     """The silence in ms after which the listener's rule (``EndOfTurn`` with this hint) ends a
     turn on these words; None: it waits for the cap."""
-    from bolt_agent.core.speech.end_of_turn import EndOfTurn
+    from bolt_agent.core.asr.end_of_turn import EndOfTurn
 
     eot = EndOfTurn(settings)
     eot.start("calibration")
@@ -111,7 +111,7 @@ def sweep(
     end after the short silence or the middle one (split turns when the pause is longer) and
     finished requests it ends there. ``likely_threshold``: None = the default, capped at the
     threshold (= the threshold: no middle band)."""
-    from bolt_agent.core.speech.end_of_turn import EndOfTurnSettings
+    from bolt_agent.core.asr.end_of_turn import EndOfTurnSettings
 
     default = EndOfTurnSettings()
     fin = [r for r in rows if r["complete"]]
@@ -140,15 +140,15 @@ def sweep(
 
 
 def run(profile_name: str, log=print, with_nearest: bool = False) -> dict[str, Any]:
+    from bolt_agent.core.asr.end_of_turn import text_looks_complete
+    from bolt_agent.core.asr.vad_segmenter import SAMPLE_RATE
+    from bolt_agent.core.audio.audio_io import StreamResampler, int16_to_float
     from bolt_agent.core.llm.chat_template import Knobs
     from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
     from bolt_agent.core.llm.profile import load_profile
     from bolt_agent.core.llm.turn_runner import RunnerConfig, TurnRequest, TurnRunner
     from bolt_agent.core.models import resolve_model
-    from bolt_agent.core.speech.audio_io import StreamResampler, int16_to_float
-    from bolt_agent.core.speech.end_of_turn import text_looks_complete
-    from bolt_agent.core.speech.tts_engine import PiperEngine
-    from bolt_agent.core.speech.vad_segmenter import SAMPLE_RATE
+    from bolt_agent.core.tts.tts_engine import PiperEngine
     from bolt_agent.nodes.asr_node import AsrParams
     from bolt_agent.nodes.llm_params import LlmParams
 

@@ -5,7 +5,7 @@
 
 Piper speaks the sentences of ``pad_accuracy`` with each voice seed; each utterance goes
 through the real ``VadSegmenter`` and asr_node's whisper (its parameters, 2 threads)
-transcribes the audio of the last speculative start once with the full window only
+transcribes the audio of the last early start once with the full window only
 (``encoder_first_window_s`` 0) and once with each first window, in alternating order. Reports
 the median and p90 time of each as a ratio to the full window, the word errors against the
 spoken text, the transcripts that differ, and how many first-window transcripts were redone
@@ -24,8 +24,8 @@ from typing import Any
 from bolt_agent.benchmarks.pad_accuracy import (
     _floats,
     _ints,
+    early_audio,
     node_whisper,
-    speculative_audio,
     spoken,
     word_errors,
 )
@@ -49,7 +49,7 @@ def run(windows: list[float], seeds: list[int], limit: int = 0, log=print) -> di
     for seed, text, x in spoken(seeds, log):
         if limit and len(rows) >= limit:
             break
-        audio = speculative_audio(x, pad_ms)
+        audio = early_audio(x, pad_ms)
         if audio is None:
             continue
         i = len(rows)

@@ -103,7 +103,7 @@ def _reexec_for_malloc(args: argparse.Namespace, argv: list[str]) -> None:
 def utterances(tts, n: int) -> list[np.ndarray]:
     """The voice benchmark's user lines, Piper-made, 16 kHz, with 0.3 s lead and 0.8 s tail."""
     from bolt_agent.benchmarks.voice_loop import UTTERANCES
-    from bolt_agent.core.speech.audio_io import int16_to_float, resample
+    from bolt_agent.core.audio.audio_io import int16_to_float, resample
 
     out = []
     for text in UTTERANCES[: min(n, len(UTTERANCES))]:
@@ -142,11 +142,11 @@ class _Engines:
     """The three engines, each driven from a worker thread of its own (as in the nodes)."""
 
     def __init__(self, args: argparse.Namespace, libc) -> None:
+        from bolt_agent.core.asr.asr_engine import WhisperEngine
+        from bolt_agent.core.asr.vad_segmenter import VadSegmenter
         from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
         from bolt_agent.core.models import resolve_model
-        from bolt_agent.core.speech.asr_engine import WhisperEngine
-        from bolt_agent.core.speech.tts_engine import PiperEngine
-        from bolt_agent.core.speech.vad_segmenter import VadSegmenter
+        from bolt_agent.core.tts.tts_engine import PiperEngine
 
         self.args, self.libc, self.only = args, libc, set(args.only.split(","))
         self.pools = {k: ThreadPoolExecutor(1, thread_name_prefix=k) for k in ("asr", "llm", "tts")}

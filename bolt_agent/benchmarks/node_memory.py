@@ -37,7 +37,7 @@ _TEXT = b"The robot looked around the room and saw a table, two chairs and a win
 def node_processes(nodes: list[str], log=print) -> dict[str, Any]:
     """Each node alone in a ``stack_host`` process: RSS when ready and what a trim returns."""
     from bolt_agent.benchmarks.voice_loop import _Proc
-    from bolt_agent.devices.pulse_server import PulseServer
+    from bolt_agent.testing.pulse_server import PulseServer
 
     work = Path(tempfile.mkdtemp(prefix="bolt-node-memory-"))
     pulse = PulseServer.start(work)

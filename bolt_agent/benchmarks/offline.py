@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from bolt_agent.core.asr.asr_engine import encoder_frames
 from bolt_agent.core.llm.chat_template import Knobs
 from bolt_agent.core.llm.markers import THINK_CLOSE, THINK_OPEN
 from bolt_agent.core.models import resolve_model
-from bolt_agent.core.speech.asr_engine import encoder_frames
 
 RATE = 16000
 PROMPT = "Tell me a short story about a small robot who learns to dance in the kitchen."
@@ -95,7 +95,7 @@ def raw_pipeline(cfg: dict) -> dict:
 
     from bolt_agent.core.llm.dialogue import Dialogue, Step
     from bolt_agent.core.llm.tool_grammar import build_grammar
-    from bolt_agent.core.speech.sentences import SentenceSplitter
+    from bolt_agent.core.tts.sentences import SentenceSplitter
 
     voice = cfg.get("voice", {})
     llm_p, asr_p = voice.get("llm_node", {}), voice.get("asr_node", {})
@@ -424,7 +424,7 @@ def knob_tokens(engine, cfg: dict) -> dict:
 def speech(cfg: dict) -> dict:
     """ASR/TTS figures from ``benchmarks.speech_bench`` (imported, not copied), plus TTS RTF."""
     from bolt_agent.benchmarks import speech_bench as sb
-    from bolt_agent.core.speech.tts_engine import PiperEngine
+    from bolt_agent.core.tts.tts_engine import PiperEngine
 
     runs = cfg.get("speech_runs", 2)
     tts = PiperEngine(resolve_model("", kind="tts"), cpu_threads=1)

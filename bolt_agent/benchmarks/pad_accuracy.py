@@ -1,10 +1,10 @@
-"""Does a shorter pad after speech cost words? Whisper on the speculative transcript's audio for
+"""Does a shorter pad after speech cost words? Whisper on the early transcript's audio for
 several ``speech_pad_ms`` values.
 
     python -m bolt_agent.benchmarks.pad_accuracy --out /tmp/pad.json [--pads 80,96,112,48,32]
         [--seeds 11,17,23]
 
-The speculative final (asr_node) waits for ``speech_pad_ms`` of audio after Silero's silence
+The early final (asr_node) waits for ``speech_pad_ms`` of audio after Silero's silence
 onset before whisper starts, so every ms of pad is a ms of end-of-turn delay. Piper speaks the
 acoustic benchmark's sentences and the end-of-turn calibration set's whole requests (42) with
 each voice seed; each utterance goes through the real ``VadSegmenter`` in 10 ms blocks, and
@@ -47,10 +47,10 @@ def word_errors(reference: str, hypothesis: str) -> tuple[int, int]:
     return row[-1], len(ref)
 
 
-def last_speculation(segmenter: Any, audio: np.ndarray, block: int = 160) -> np.ndarray | None:
-    """The audio of the last speculative transcript the listener would start: what
+def last_early_audio(segmenter: Any, audio: np.ndarray, block: int = 160) -> np.ndarray | None:
+    """The audio of the last early transcript the listener would start: what
     ``audio_between(start, pending_end)`` holds when the final silence's pad is in."""
-    from bolt_agent.core.speech.vad_segmenter import SpeechEnd
+    from bolt_agent.core.asr.vad_segmenter import SpeechEnd
 
     last, taken = None, None
     for i in range(0, len(audio), block):
@@ -74,10 +74,10 @@ def sentences() -> list[str]:
 def spoken(seeds: list[int], log=print) -> Iterator[tuple[int, str, np.ndarray]]:
     """(seed, sentence, 16 kHz audio) for every sentence spoken by Piper with each voice seed,
     with 0.3 s of silence before and 1.5 s after (room for the VAD's silence)."""
+    from bolt_agent.core.asr.vad_segmenter import SAMPLE_RATE
+    from bolt_agent.core.audio.audio_io import StreamResampler, int16_to_float
     from bolt_agent.core.models import resolve_model
-    from bolt_agent.core.speech.audio_io import StreamResampler, int16_to_float
-    from bolt_agent.core.speech.tts_engine import PiperEngine
-    from bolt_agent.core.speech.vad_segmenter import SAMPLE_RATE
+    from bolt_agent.core.tts.tts_engine import PiperEngine
 
     texts = sentences()
     lead = np.zeros(SAMPLE_RATE * 3 // 10, np.float32)
@@ -103,11 +103,11 @@ def node_whisper():
     return asr
 
 
-def speculative_audio(x: np.ndarray, pad_ms: int) -> np.ndarray | None:
-    """What the last speculative start gives whisper, with ``speech_pad_ms`` = ``pad_ms``."""
-    from bolt_agent.core.speech.vad_segmenter import VadConfig, VadSegmenter
+def early_audio(x: np.ndarray, pad_ms: int) -> np.ndarray | None:
+    """What the last early start gives whisper, with ``speech_pad_ms`` = ``pad_ms``."""
+    from bolt_agent.core.asr.vad_segmenter import VadConfig, VadSegmenter
 
-    return last_speculation(VadSegmenter(VadConfig(speech_pad_ms=pad_ms, min_silence_ms=1200)), x)
+    return last_early_audio(VadSegmenter(VadConfig(speech_pad_ms=pad_ms, min_silence_ms=1200)), x)
 
 
 def run(pads: list[int], seeds: list[int], log=print) -> dict[str, Any]:
@@ -116,7 +116,7 @@ def run(pads: list[int], seeds: list[int], log=print) -> dict[str, Any]:
     for seed, text, x in spoken(seeds, log):
         row: dict[str, Any] = {"seed": seed, "text": text, "heard": {}, "errors": {}}
         for pad in pads:
-            audio = speculative_audio(x, pad)
+            audio = early_audio(x, pad)
             result = asr.transcribe(audio) if audio is not None else None
             heard = result.text if result else ""
             row["heard"][str(pad)] = heard

@@ -53,12 +53,12 @@ PEER_DEFAULTS: dict[str, Any] = {
     "its own",
     "turn_end": "pipecat's default user-turn strategies: start on VAD or a transcript, stop by "
     "the smart-turn v3.2 ONNX analyzer (audio prosody) once the segment's transcript is in "
-    "(stack: asr_node end_of_turn, semantic by default: the words of the speculative transcript "
+    "(stack: asr_node end_of_turn, semantic by default: the words of the early transcript "
     "and the LLM's end-of-turn hint; fixed: the VAD's min_silence_ms)",
     "asr": "WhisperSTTService (segmented: one transcription per VAD segment, after it ends), "
     "faster-whisper's defaults: beam_size 5, compute_type 'default' (whisper-base is saved "
     "float16: float32 on this CPU), 30 s encoder window, no_speech_prob 0.4 (stack: beam_size "
-    "1, int8, 10 s window, the final transcript started speculatively when the silence begins)",
+    "1, int8, 10 s window, the final transcript started early, when the silence begins)",
     "llm": "llama_cpp.server child process on 127.0.0.1 through OpenAILLMService (chat API, "
     "streaming), the GGUF's chat template (the bundled Gemma GGUF has none: llama-cpp-python's "
     "'gemma' format, which has no system role), a one-line system_instruction, max_tokens; the "
@@ -192,7 +192,7 @@ def _transport_classes():
     from pipecat.transports.base_output import BaseOutputTransport
     from pipecat.transports.base_transport import BaseTransport, TransportParams
 
-    from bolt_agent.core.speech.audio_io import find_device
+    from bolt_agent.core.audio.audio_io import find_device
 
     class SdInput(BaseInputTransport):
         """pipecat's LocalAudioInputTransport on sounddevice (20 ms callback blocks)."""

@@ -1,4 +1,4 @@
-"""The benchmark's PulseAudio set-up (on the shared ``bolt_agent.devices.pulse_server``).
+"""The benchmark's PulseAudio set-up (on the shared ``bolt_agent.testing.pulse_server``).
 
 Sinks: ``user_mouth`` (the player speaks into it; the ASR node records its monitor),
 ``robot_speaker`` (the TTS node plays into it) and ``bench_mix`` (stereo): two loopbacks copy
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bolt_agent.devices.pulse_server import SINKS, PulseServer
+from bolt_agent.testing.pulse_server import SINKS, PulseServer
 
 MIX = "bench_mix"
 

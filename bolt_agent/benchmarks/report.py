@@ -50,7 +50,7 @@ TURN_TAKING = (
     ("endpoint delay p50 (s): all / finished / pause", "endpoint_delay_p50_s",
      "endpoint_delay_finished_p50_s", "endpoint_delay_pause_p50_s"),
     ("preemptive starts / wasted", "preemptive_started", "preemptive_wasted"),
-    ("user resumed after a speculative end", "user_resumed", ""),
+    ("user resumed after an early end", "user_resumed", ""),
 )  # fmt: skip
 #: shown when the run had a memory soak (``--soak-turns N``)
 SOAK_GOALS = (

@@ -170,7 +170,7 @@ def run_soak(
     host: dict | None = None,
 ) -> dict[str, Any]:
     """Run the soak; returns the bench fields (``soak_*``) plus ``soak`` (details)."""
-    from bolt_agent.devices.pulse_server import PulseServer
+    from bolt_agent.testing.pulse_server import PulseServer
 
     if turns < 1:
         raise ValueError("the soak needs at least 1 turn")

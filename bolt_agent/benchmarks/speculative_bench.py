@@ -88,7 +88,7 @@ def _generate(engine, prompt: str, n: int, sampling):
 def synthetic_pair(folder: Path) -> tuple[str, str]:
     """A llama target (d=256, 8 layers, gemma-sized vocabulary not needed) and its drafter."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "test"))
-    from tiny_gguf import DrafterSpec, TargetSpec, write_drafter, write_target
+    from support.tiny_gguf import DrafterSpec, TargetSpec, write_drafter, write_target
 
     folder.mkdir(parents=True, exist_ok=True)
     target = write_target(

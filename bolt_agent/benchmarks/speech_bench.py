@@ -22,11 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
+from bolt_agent.core.asr.asr_engine import WhisperEngine
+from bolt_agent.core.asr.vad_segmenter import SpeechEnd, VadConfig, VadSegmenter
+from bolt_agent.core.audio.audio_io import int16_to_float, resample
 from bolt_agent.core.models import resolve_model
-from bolt_agent.core.speech.asr_engine import WhisperEngine
-from bolt_agent.core.speech.audio_io import int16_to_float, resample
-from bolt_agent.core.speech.tts_engine import PiperEngine
-from bolt_agent.core.speech.vad_segmenter import SpeechEnd, VadConfig, VadSegmenter
+from bolt_agent.core.tts.tts_engine import PiperEngine
 
 TEXTS = (
     "Hello there, let me check the back room for you.",

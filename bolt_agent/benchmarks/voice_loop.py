@@ -112,8 +112,8 @@ class TurnOutcome:
     #: the user-turn ends in this turn: (utterance id, text, arrival wall); for our stack the
     #: final transcripts, for the peer its user-turn ends (the LLM started)
     finals: list[tuple[str, str, float]] = field(default_factory=list)
-    speculative: int = 0  # speculative transcripts published (a silence began)
-    resumed: int = 0  # the user went on after a speculative end (VoiceActivity again)
+    speculative: int = 0  # early transcripts published (a silence began)
+    resumed: int = 0  # the user went on after an early end (VoiceActivity again)
     preemptive_started: int = 0  # turns started held (before the user's turn was confirmed)
     preemptive_wasted: int = 0  # held turns dropped unheard (speech/say discard)
     user_end_wall: float = 0.0  # the user's last voiced sample, on the wall clock
@@ -144,9 +144,9 @@ def join_with_pause(first: np.ndarray, rest: np.ndarray, pause_s: float) -> tupl
 def make_utterances(out_dir: Path, n: int) -> list[Utterance]:
     """The first ``n`` utterances of ``SCHEDULE`` (at most all of them) as 16 kHz WAVs, with
     ``LEAD_S`` of silence before the speech; seeded, so the same audio every run."""
+    from bolt_agent.core.audio.audio_io import float_to_int16, int16_to_float, resample
     from bolt_agent.core.models import resolve_model
-    from bolt_agent.core.speech.audio_io import float_to_int16, int16_to_float, resample
-    from bolt_agent.core.speech.tts_engine import PiperEngine
+    from bolt_agent.core.tts.tts_engine import PiperEngine
 
     engine = PiperEngine(resolve_model("", kind="tts"), seed=VOICE_SEED)
     engine.load()
@@ -269,7 +269,7 @@ class Listener:
         self.node = rclpy.create_node("bench_listener")
         self.lock = threading.Condition()
         self.finals: list[tuple[str, str, float]] = []  # (utterance, text, arrival)
-        self.speculative: list[tuple[str, str, float]] = []  # speculative transcripts
+        self.speculative: list[tuple[str, str, float]] = []  # early transcripts
         self.voice: list[tuple[str, bool, float]] = []  # VoiceActivity (utterance, speaking, at)
         self.resumed: list[tuple[str, float]] = []  # speaking again in a known utterance
         self.vad_end: dict[str, float] = {}
@@ -323,7 +323,7 @@ class Listener:
         now = time.time()
         if msg.is_final:
             self._notify(lambda: self.finals.append((msg.utterance_id, msg.text, now)))
-        elif getattr(msg, "speculative", False):  # the field comes with issue 17's stack side
+        elif getattr(msg, "speculative", False):  # Transcript.speculative: the early transcript
             self._notify(lambda: self.speculative.append((msg.utterance_id, msg.text, now)))
 
     def _on_va(self, msg) -> None:
@@ -334,7 +334,7 @@ class Listener:
             if again is None:
                 again = msg.speaking and any(u == uid and on for u, on, _ in self.voice)
             if msg.speaking and again:
-                self.resumed.append((uid, now))  # the user went on after a speculative end
+                self.resumed.append((uid, now))  # the user went on after an early end
             self.voice.append((uid, bool(msg.speaking), now))
             if not msg.speaking:
                 self.vad_end.setdefault(uid, now)

@@ -5,7 +5,7 @@ faster-whisper hears, as fast?
 
 Piper speaks the sentences of ``pad_accuracy`` (the acoustic bench's and the end-of-turn
 calibration's) with each voice seed; each utterance goes through the real ``VadSegmenter`` and
-both transcribe the audio of the last speculative start (asr_node's pad and encoder window):
+both transcribe the audio of the last early start (asr_node's pad and encoder window):
 ``WhisperEngine.transcribe`` and faster-whisper's ``WhisperModel.transcribe`` with the same
 settings (greedy, temperature fallback, no timestamps, the same encoder window), in alternating
 order. Reports identical transcripts, the ones that differ, and the median times' ratio.
@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bolt_agent.benchmarks.pad_accuracy import _ints, node_whisper, speculative_audio, spoken
+from bolt_agent.benchmarks.pad_accuracy import _ints, early_audio, node_whisper, spoken
 from bolt_agent.benchmarks.report import write_json
 
 
@@ -52,7 +52,7 @@ def run(seeds: list[int], limit: int = 0, log=print) -> dict[str, Any]:
     for i, (seed, text, x) in enumerate(spoken(seeds, log)):
         if limit and i >= limit:
             break
-        audio = speculative_audio(x, p.speech_pad_ms)
+        audio = early_audio(x, p.speech_pad_ms)
         if audio is None:
             continue
         row: dict[str, Any] = {"seed": seed, "text": text}

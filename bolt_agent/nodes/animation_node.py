@@ -31,8 +31,9 @@ from bolt_agent.core.motion.animation import AnimationLibrary
 from bolt_agent.core.motion.animation_control import AnimationController, Outcome
 from bolt_agent.core.motion.robot_backend import make_backend
 from bolt_agent.nodes import qos
-from bolt_agent.nodes.base import BoltNode, param
+from bolt_agent.nodes.base import BoltNode
 from bolt_agent.nodes.operator_switch import OperatorSwitch
+from bolt_agent.nodes.params import param
 from bolt_agent.nodes.runtime import main_for
 from bolt_agent_interfaces.action import PlayAnimation
 

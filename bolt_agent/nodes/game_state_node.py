@@ -18,7 +18,8 @@ from std_msgs.msg import String
 
 from bolt_agent.core.tools.game_state import GameState, GameTools
 from bolt_agent.nodes import qos
-from bolt_agent.nodes.base import BoltNode, param
+from bolt_agent.nodes.base import BoltNode
+from bolt_agent.nodes.params import param
 from bolt_agent.nodes.runtime import main_for
 from bolt_agent_interfaces.action import ExecuteTool
 

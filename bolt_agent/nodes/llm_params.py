@@ -13,7 +13,7 @@ from bolt_agent.core.llm.llama.engine import LlamaConfig
 from bolt_agent.core.llm.profile import Profile
 from bolt_agent.core.llm.turn_runner import RunnerConfig
 from bolt_agent.core.llm.types import SamplingParams
-from bolt_agent.nodes.base import param
+from bolt_agent.nodes.params import param
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ class LlmParams:
     cpu_repack: bool = param(
         False,
         "llama.cpp's repacked copy of the CPU weights (use_extra_bufts); off, they stay "
-        "file-backed pages (bundled model: 12.7 MiB less, no slower); measure a big CPU model",
+        "file-backed pages (less resident memory; docs/memory.md has the figures)",
         load_time=True,
     )
     embeddings: str = param(
@@ -227,13 +227,13 @@ class LlmParams:
     )
     preemptive: bool = param(
         True,
-        "start the answer from the speculative transcript when the user goes quiet: sentences "
+        "start the answer from the early transcript when the user goes quiet: sentences "
         "are synthesised but held, tool goals wait; the final transcript with the same words "
         "releases them, anything else discards them unheard (no history entry)",
     )
     end_of_turn_hints: bool = param(
         True,
-        "publish llm/end_of_turn for each speculative transcript: the model's probability that "
+        "publish llm/end_of_turn for each early transcript: the model's probability that "
         "the user's message ends there (one decode step on the cached prompt; asr_node ends a "
         "complete turn early)",
     )

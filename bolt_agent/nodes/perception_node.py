@@ -29,7 +29,8 @@ from bolt_agent.core.vision.perception import (
     make_perception_backend,
 )
 from bolt_agent.nodes import qos
-from bolt_agent.nodes.base import BoltLifecycleNode, param
+from bolt_agent.nodes.base import BoltLifecycleNode
+from bolt_agent.nodes.params import param
 from bolt_agent.nodes.runtime import main_for
 from bolt_agent_interfaces.msg import SceneDescription as SceneMsg
 

@@ -1,6 +1,6 @@
 """QoS profiles used across the stack (explicit, one place).
 
-Every topic's profile is listed in README.md ("Topics, actions and parameters"). A best-effort
+Every topic's profile is listed in docs/interfaces.md. A best-effort
 subscription matches reliable and best-effort publishers alike; a reliable one matches only
 reliable publishers: inputs that may come from a driver (a microphone, a camera) are therefore
 subscribed best effort.

@@ -16,7 +16,7 @@ from rclpy.node import Node
 from rclpy.time import Time
 
 from bolt_agent.core.models import resolve_model
-from bolt_agent.core.speech.tts_engine import PiperEngine
+from bolt_agent.core.tts.tts_engine import PiperEngine
 from bolt_agent.nodes.qos import AUDIO, LATCHED, RELIABLE
 from bolt_agent_interfaces.msg import AudioChunk, Transcript, TtsState, TurnMetrics
 

@@ -18,21 +18,18 @@ Preemptive answers: a `SpokenText` with `held` is synthesised at once and kept u
 `SpokenText` of the same turn without `held` releases it; one with `discard` drops it unheard
 (no interruption, no `tts/state` speaking: the echo gate stays open for a user who goes on).
 
-The turn and stop bookkeeping is ``core.speech.speaker.Speaker``; this node wires it to ROS:
+The turn and stop bookkeeping is ``core.tts.speaker.Speaker``; this node wires it to ROS:
 parameters, topics, the Speak action, the synthesis and playback-tracking threads.
 """
 
 from __future__ import annotations
 
-import array
 import itertools
-import json
 import os
 import queue
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,140 +38,28 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallb
 from rclpy.lifecycle import TransitionCallbackReturn
 from std_msgs.msg import String
 
-from bolt_agent.core.memory import release_free_memory
-from bolt_agent.core.models import ModelNotFoundError, resolve_model
-from bolt_agent.core.speech.audio_io import (
+from bolt_agent.core.audio.audio_io import (
     DeviceError,
     DeviceNotFoundError,
     describe_devices,
     list_devices,
 )
-from bolt_agent.core.speech.phrase_cache import PhraseCache
-from bolt_agent.core.speech.playback import PacedSink, Player
-from bolt_agent.core.speech.pulse_route import PulseRoute
-from bolt_agent.core.speech.speaker import (
-    CUT_HELD,
-    NOT_ACTIVE,
-    Discarded,
-    Dropped,
-    Failed,
-    FirstAudio,
+from bolt_agent.core.audio.playback import PacedSink, Player
+from bolt_agent.core.audio.pulse_route import PulseRoute
+from bolt_agent.core.memory import release_free_memory
+from bolt_agent.core.models import ModelNotFoundError, resolve_model
+from bolt_agent.core.tts.phrase_cache import PhraseCache
+from bolt_agent.core.tts.speaker import (
     Sentence,
     Speaker,
-    SpeakerEvent,
-    SpeechState,
-    Stopped,
 )
-from bolt_agent.core.speech.tts_engine import PiperEngine, split_sentences
+from bolt_agent.core.tts.tts_engine import PiperEngine, split_sentences
 from bolt_agent.nodes import qos, runtime
-from bolt_agent.nodes.base import BoltLifecycleNode, param
+from bolt_agent.nodes.base import BoltLifecycleNode
+from bolt_agent.nodes.tts_outputs import TtsOutputs
+from bolt_agent.nodes.tts_params import TtsParams
 from bolt_agent_interfaces.action import Speak
-from bolt_agent_interfaces.msg import AudioChunk, SpokenText, TtsState, TurnMetrics, VoiceActivity
-
-
-@dataclass(frozen=True)
-class TtsParams:
-    model: str = param(
-        "",
-        "models.yaml name or path to a Piper .onnx voice (its .onnx.json beside it); "
-        "'' = the default tts model",
-        load_time=True,
-    )
-    cpu_threads: int = param(
-        1, "onnxruntime intra-op threads for Piper", load_time=True, low=1, high=256
-    )
-    use_cuda: bool = param(
-        False, "run Piper with onnxruntime's CUDA execution provider", load_time=True
-    )
-    length_scale: float = param(
-        0.0,
-        "speaking rate (> 1 slower, < 1 faster); 0 = the voice's default",
-        load_time=True,
-        low=0.0,
-        high=10.0,
-    )
-    audio_sink: str = param(
-        "device",
-        "where audio goes: 'device' (a sound card) or 'topic' (audio/output paced in real "
-        "time, for headless simulation)",
-        load_time=True,
-        choices=("device", "topic"),
-    )
-    device: str = param("", "output device name or index ('' = the default device)", load_time=True)
-    block_ms: int = param(
-        10,
-        "audio block in ms: bounds how long a stop takes to silence the output and, with "
-        "PortAudio's low latency (two blocks buffered), how long audio takes to be heard",
-        load_time=True,
-        low=1,
-        high=1000,
-    )
-    latency_s: float = param(
-        0.0,
-        "output device latency in s (0 = PortAudio's low latency)",
-        load_time=True,
-        low=0.0,
-        high=10.0,
-    )
-    pulse_sink: str = param(
-        "",
-        "PulseAudio sink the output must play on, watched with pactl: if it disappears or the "
-        "stream is moved off it, the node reports, drops the current speech and reopens on it "
-        "once it is back; '' = $PULSE_SINK when set, 'none' = not watched",
-        load_time=True,
-    )
-    device_check_s: float = param(
-        0.5,
-        "period in s of the output device watch (stream ended, stalled, or off pulse_sink)",
-        load_time=True,
-        low=0.05,
-        high=60.0,
-    )
-    output_stall_s: float = param(
-        3.0,
-        "no audio callback for this long means the output device is gone",
-        load_time=True,
-        low=0.5,
-        high=60.0,
-    )
-    stop_on_barge_in: bool = param(True, "stop speaking when asr/voice_activity reports a barge-in")
-    retry_s: float = param(
-        3.0,
-        "period in s of the retries while the output device is missing or busy "
-        "(taken when the node activates)",
-        low=0.01,
-        high=3600.0,
-    )
-    release_memory_after_turn: bool = param(
-        True,
-        "once a turn is spoken: shrink Piper's onnxruntime arena (one word's synthesis) and "
-        "malloc_trim (the turn's peak working memory goes back)",
-    )
-    lead_silence_ms: int = param(
-        10,
-        "silence kept before the first audible sample (above -50 dBFS) of each turn's first "
-        "audio: Piper opens 'Yes,' with 65 ms of silence, heard as latency; later sentences "
-        "keep theirs (the pause between sentences); -1 = never trimmed",
-        load_time=True,
-        low=-1,
-        high=1000,
-    )
-    phrase_cache_chars: int = param(
-        24,
-        "texts up to this many characters (an opening clause: 'Yes,', 'Sure!') are kept after "
-        "their first synthesis and played from memory when said again, the same audio each "
-        "time; 0 = synthesise everything (taken at configure)",
-        load_time=True,
-        low=0,
-        high=200,
-    )
-    max_text_chars: int = param(
-        2000,
-        "longest text accepted from speech/say, teleop/say or tts/speak; a longer one is "
-        "refused and counted (a flood or garbage must not queue minutes of synthesis)",
-        low=1,
-        high=1_000_000,
-    )
+from bolt_agent_interfaces.msg import SpokenText, VoiceActivity
 
 
 class TtsNode(BoltLifecycleNode):
@@ -186,14 +71,13 @@ class TtsNode(BoltLifecycleNode):
         self._engine: PiperEngine | None = None
         self._sink: Player | PacedSink | None = None
         self._phrases = PhraseCache(self._synthesize, max_chars=0)  # sized at configure
-        self._speaker = Speaker(self._phrases, emit=self._on_speech_event)
+        self._out = TtsOutputs(self)
+        self._speaker = Speaker(self._phrases, emit=self._out.publish)
         self._done_q: queue.Queue[Sentence | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
         self._teleop_ids = itertools.count(1)
         self._watch_timer: Any = None
         self._lost_since = 0.0  # monotonic time the output was found lost (0: not lost)
-        self._discarded = 0  # held (preemptive) turns dropped unheard
-        self._cut_held_dropped = 0  # messages of a held turn a stop discarded here (dropped)
 
     # --- lifecycle ---------------------------------------------------------------------------
     def configure(self) -> TransitionCallbackReturn:
@@ -212,9 +96,7 @@ class TtsNode(BoltLifecycleNode):
         self._phrases.max_chars = p.phrase_cache_chars  # (emptied by cleanup: a new voice)
         keep = p.lead_silence_ms
         self._speaker.lead_keep = None if keep < 0 else keep * engine.sample_rate // 1000
-        self._state_pub = self.create_publisher(TtsState, "tts/state", qos.LATCHED)
-        self._metrics_pub = self.create_publisher(TurnMetrics, "bolt/turn_metrics", qos.RELIABLE)
-        self._audio_pub = self.create_publisher(AudioChunk, "audio/output", qos.AUDIO)
+        self._out.open(engine.sample_rate)
         self._subs = [
             self.create_subscription(SpokenText, "speech/say", self._on_say, qos.RELIABLE),
             self.create_subscription(String, "teleop/say", self._on_teleop, qos.RELIABLE),
@@ -240,7 +122,7 @@ class TtsNode(BoltLifecycleNode):
         self._done_q = done_q = queue.Queue()
         if p.audio_sink == "topic":
             self._sink = PacedSink(
-                self._publish_audio, rate, block, on_done=done_q.put, on_error=self._audio_failed
+                self._out.audio, rate, block, on_done=done_q.put, on_error=self._audio_failed
             )
         else:
             latency = p.latency_s or "low"
@@ -282,8 +164,7 @@ class TtsNode(BoltLifecycleNode):
         for sub in self._subs:
             self.destroy_subscription(sub)
         self._action.destroy()
-        for pub in (self._state_pub, self._metrics_pub, self._audio_pub):
-            self.destroy_publisher(pub)
+        self._out.close()
         if self._engine is not None:
             self._engine.close()
             self._engine = None
@@ -291,13 +172,9 @@ class TtsNode(BoltLifecycleNode):
 
     # --- device ------------------------------------------------------------------------------
     def _pulse_route(self) -> PulseRoute | None:
-        """The watched PulseAudio sink; a ``pulse_sink`` parameter also routes the stream there
-        (libpulse reads ``PULSE_SINK`` when the stream connects)."""
+        """The watched PulseAudio sink; the player opens its stream there."""
         sink = self.params.pulse_sink or os.environ.get("PULSE_SINK", "")
-        if sink in ("", "none"):
-            return None
-        os.environ["PULSE_SINK"] = sink
-        return PulseRoute(sink)
+        return None if sink in ("", "none") else PulseRoute(sink)
 
     def _watch_output(self) -> None:
         """The watch timer: on a lost device, report, stop what plays, close and reopen."""
@@ -358,14 +235,6 @@ class TtsNode(BoltLifecycleNode):
         """A block the output thread could not publish: dropped, counted, logged (throttled)."""
         self.record_failure("output", f"audio/output block dropped: {exc!r}", log=False)
         self.get_logger().error(f"audio/output block dropped: {exc!r}", throttle_duration_sec=5.0)
-
-    def _publish_audio(self, block: np.ndarray) -> None:
-        msg = AudioChunk()
-        msg.header.stamp = self.get_clock().now().to_msg()
-        msg.sample_rate = self._engine.sample_rate if self._engine else 0
-        msg.channels = 1
-        msg.samples = array.array("h", block.tobytes())
-        self._audio_pub.publish(msg)
 
     # --- threads -----------------------------------------------------------------------------
     def _synthesize(self, text: str) -> np.ndarray:
@@ -458,33 +327,6 @@ class TtsNode(BoltLifecycleNode):
         (goal_handle.succeed if completed else goal_handle.abort)()
         return Speak.Result(completed=completed, spoken_text=turn.spoken_text)
 
-    # --- outputs (called by the speaker, in order, with its lock held) -----------------------
-    def _on_speech_event(self, event: SpeakerEvent) -> None:
-        log = self.get_logger()
-        if isinstance(event, SpeechState):
-            self._publish_state(event)
-        elif isinstance(event, FirstAudio):
-            metrics = TurnMetrics(turn_id=event.turn_id, source="tts")
-            metrics.first_audio = self.get_clock().now().to_msg()
-            self._metrics_pub.publish(metrics)
-        elif isinstance(event, Stopped):
-            info = event.info.as_dict()
-            log.info(f"stopped: {json.dumps(info)}")
-            self.status("OK", f"stopped turn {event.info.turn_id} ({event.info.reason})", stop=info)
-        elif isinstance(event, Dropped) and event.reason == NOT_ACTIVE:
-            log.warning(f"not active; not saying {event.text!r}")
-        elif isinstance(event, Dropped) and event.reason == CUT_HELD:
-            self._cut_held_dropped += 1
-            log.info(f"turn {event.turn_id}: {event.text!r} dropped ({CUT_HELD})")
-        elif isinstance(event, Dropped):
-            log.warning(f"no audio output; dropped {event.text!r}")
-            self.record_failure("no_output", f"no audio output; dropped {event.text!r}", log=False)
-        elif isinstance(event, Failed):
-            self.record_failure("synthesis", f"synthesis failed for {event.text!r}: {event.reason}")
-        elif isinstance(event, Discarded):
-            self._discarded += 1
-            log.info(f"held turn {event.turn_id} discarded unheard ({event.sentences} sentences)")
-
     # --- diagnostics -------------------------------------------------------------------------
     def diagnostic_values(self) -> dict[str, Any]:
         p, engine, sink = self.params, self._engine, self._sink
@@ -503,21 +345,12 @@ class TtsNode(BoltLifecycleNode):
             "device": device,
             "queue_depth": waiting,
             "playing_sentences": playing,
-            "held_discarded": self._discarded,
-            "cut_held_dropped": self._cut_held_dropped,
+            "held_discarded": self._out.discarded,
+            "cut_held_dropped": self._out.cut_held_dropped,
             "output_underflows": getattr(sink, "underflows", 0),
             "output_underflows_playing": getattr(sink, "underflows_playing", 0),
             **self._phrases.stats(),
         }
-
-    def _publish_state(self, state: SpeechState) -> None:
-        msg = TtsState()
-        msg.header.stamp = self.get_clock().now().to_msg()
-        msg.speaking = state.speaking
-        msg.turn_id = state.turn_id
-        msg.spoken_text = state.spoken_text
-        msg.interrupted = state.interrupted
-        self._state_pub.publish(msg)
 
 
 def main(args: list[str] | None = None) -> int:

@@ -79,7 +79,7 @@ IN_PROCESS: dict[str, dict[str, Any]] = {
     # 0.37 -> 0.29 s, Piper's audio of it 0.16 -> 0.07 s).
     # 2 cores shared with ASR and TTS: decode on 1 thread (a busy second core made 2 threads
     # slower: 36 vs 44 tok/s in the benchmark), prefill on 2; ASR without partials gives both
-    # cores to the final transcript (started speculatively when the silence begins)
+    # cores to the final transcript (started early, when the silence begins)
     "llm_node": {
         "n_threads": 1,
         "n_threads_batch": 2,

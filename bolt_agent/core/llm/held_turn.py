@@ -1,11 +1,11 @@
 """A preemptive turn's gate: answer before the user's turn is confirmed over, commit or discard.
 
-When a silence begins, the ASR publishes a speculative transcript; the LLM starts the turn from
+When a silence begins, the ASR publishes a early transcript; the LLM starts the turn from
 it at once so that the first sentence is generated and synthesised while the end of the turn is
 still being confirmed. ``HeldTurn`` wraps the node's ``TurnSink`` for such a turn:
 
 * sentences go out *held* (``on_held_sentence``: the TTS synthesises them and keeps the audio);
-* a tool goal is **never dispatched speculatively**: ``dispatch`` waits for the decision;
+* a tool goal is **never dispatched before the final**: ``dispatch`` waits for the decision;
 * held sentences are handed on under the gate's lock, so a commit's release (``on_release``)
   always follows every held sentence on the wire (one topic, one publisher: DDS keeps order);
 * the turn's end, thinking and streamed deltas wait too (nothing the user could see or hear);

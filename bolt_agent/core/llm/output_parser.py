@@ -17,7 +17,7 @@ from typing import Any
 
 from bolt_agent.core.llm import markers
 from bolt_agent.core.llm.gemma4_syntax import Gemma4SyntaxError, parse_call
-from bolt_agent.core.speech.sentences import SentenceSplitter
+from bolt_agent.core.tts.sentences import SentenceSplitter
 
 _THINK, _CALLS, _END = markers.THINK_BLOCKS, markers.CALL_BLOCKS, markers.TURN_ENDS
 _ALL_MARKERS = (

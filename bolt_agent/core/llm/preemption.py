@@ -1,6 +1,6 @@
 """The one preemptive turn that waits for its final transcript: start, commit, discard, count.
 
-llm_node's callbacks (speculative and final transcripts, voice activity, teleop, mute), its
+llm_node's callbacks (early and final transcripts, voice activity, teleop, mute), its
 cancels (``llm/cancel``, reset, a Converse goal) and the LLM worker all reach the same held
 turn from different threads. The decisions are made here (each one once: the ``HeldTurn``
 decides under its own lock, this class's lock guards the slot and the counts), so the node
@@ -50,7 +50,7 @@ class Preemption:
         with self._lock:
             self._counts[what] += 1
 
-    def speculate(
+    def start(
         self,
         utterance_id: str,
         text: str,
@@ -60,16 +60,16 @@ class Preemption:
         probe: bool,
         with_nearest: bool = False,
     ) -> None:
-        """A speculative transcript: the end-of-turn probe (``probe``) and, with ``sink``, a
+        """A early transcript: the end-of-turn probe (``probe``) and, with ``sink``, a
         preemptive turn answering ``text`` held until its final (``hold_s`` at most)."""
-        self.discard("a newer speculative transcript")
+        self.discard("a newer early transcript")
         held = None
         if sink is not None:
             held = HeldTurn(utterance_id, text, sink, hold_s, observer=self._observe)
             with self._lock:
                 self._held = held
                 self._counts["started"] += 1
-        turn = self.scheduler.speculate(utterance_id, text, knobs, held, probe, with_nearest)
+        turn = self.scheduler.preempt(utterance_id, text, knobs, held, probe, with_nearest)
         if held is not None and turn is None:  # not active: the final is refused on its own
             self.discard("llm_node is not active", utterance_id)
 
@@ -132,7 +132,7 @@ class Preemption:
 
 
 def same_words(a: str, b: str) -> bool:
-    """The final confirms the speculation: the same words (case and punctuation aside)."""
+    """The final confirms the early transcript: the same words (case and punctuation aside)."""
 
     def words(text: str) -> list[str]:
         return "".join(c.lower() if c.isalnum() else " " for c in text).split()

@@ -127,6 +127,39 @@ class RunnerConfig:
     filler_sentence: str = "Sure."
 
 
+@dataclass
+class StepState:
+    """One decode step of a turn, as its helpers share it: the turn and where its output goes,
+    the next sentence number (sentences are numbered across the turn's steps), and what the
+    step produced."""
+
+    turn_id: str
+    sink: TurnSink
+    result: TurnResult
+    seq: int  # the number of the next sentence in the turn
+    step: Step = field(default_factory=Step)  # the step's history entry
+    #: the step's calls, in order, each with its goal's future (None: refused, not sent)
+    calls: list[tuple[ToolCall | ToolCallError, Future[ToolResult] | None]] = field(
+        default_factory=list
+    )
+    said: list[str] = field(default_factory=list)  # what really went to the speaker
+
+    def say(self, text: str) -> None:
+        self.sink.on_sentence(self.turn_id, self.seq, text)
+        self.said.append(text)
+        self.seq += 1
+
+    def call(
+        self,
+        ev: ToolCall | ToolCallError,
+        future: Future[ToolResult] | None,
+        name: str,
+        arguments: dict[str, Any],
+    ) -> None:
+        self.calls.append((ev, future))
+        self.step.tool_calls.append({"name": name, "arguments": arguments})
+
+
 class TurnRunner:
     """Runs turns against one engine and one dialogue; one turn at a time."""
 
@@ -262,12 +295,14 @@ class TurnRunner:
             seq = 0
             for step_index in range(self.config.max_steps):
                 choice = self._step_choice(request.tool_choice, step_index)
-                step, calls, seq = self._run_step(request, choice, sink, generation, seq, result)
+                state = StepState(request.turn_id, sink, result, seq)
+                self._run_step(request, choice, state, generation)
+                seq, step = state.seq, state.step
                 turn.steps.append(step)
                 result.steps += 1
-                if result.cancelled or not calls:
+                if result.cancelled or not state.calls:
                     break
-                step.tool_responses = self._await_results(calls, generation, result)
+                step.tool_responses = self._await_results(state.calls, generation, result)
                 if result.cancelled:
                     break
             sink.on_turn_end(request.turn_id, seq, result)
@@ -280,8 +315,12 @@ class TurnRunner:
             return "auto"  # 'required'/a named tool applies to the first step
         return tool_choice
 
-    def _run_step(self, request, choice, sink, generation, seq, result):
-        cfg, knobs = self.config, request.knobs
+    def _run_step(
+        self, request: TurnRequest, choice: str, state: StepState, generation: int
+    ) -> None:
+        """Decode one step into ``state``: its sentences and calls go out through the sink as
+        they complete; the step's history entry and the turn's counts are filled in."""
+        cfg, knobs, result, sink = self.config, request.knobs, state.result, state.sink
         render = self._renderer(knobs)
         limit = self._prompt_limit()
         self.dialogue.fit(lambda m: self.engine.count_tokens(render(m)), limit)
@@ -315,10 +354,7 @@ class TurnRunner:
         budget = knobs.thinking_token_budget  # per turn, across steps
         cap = cfg.max_thinking_tokens if budget is None or budget < 0 else budget
         cap -= result.thinking_tokens
-        step = Step()
-        said: list[str] = []  # what this step really sent to the speaker (filtered, filled)
         altered_before = len(result.dropped) + result.fillers
-        calls: list[tuple[ToolCall | ToolCallError, Future[ToolResult] | None]] = []
         thinking_tokens = 0
         first = result.completion_tokens == 0
 
@@ -342,9 +378,7 @@ class TurnRunner:
                     reopened = True
                     close = parser.thinking_close_marker
                     session.force(close)
-                    seq = self._handle(
-                        parser.feed(close), request.turn_id, sink, seq, step, calls, result, said
-                    )
+                    self._handle(parser.feed(close), state)
                     break
                 if token.is_eog:
                     done = True
@@ -362,23 +396,20 @@ class TurnRunner:
                     close = parser.thinking_close_marker
                     session.force(close)
                     events += parser.feed(close)
-                seq = self._handle(events, request.turn_id, sink, seq, step, calls, result, said)
+                self._handle(events, state)
                 if parser.done:
                     done = True
                     break
         session.close()  # a remote stream stops here, not at the server's max_tokens
         if not result.cancelled:
-            seq = self._handle(
-                parser.finish(), request.turn_id, sink, seq, step, calls, result, said
-            )
+            self._handle(parser.finish(), state)
         raw = parser.speech_text.strip()
         # the history keeps what was said: the model's words unless some were dropped or filled
         altered = len(result.dropped) + result.fillers != altered_before
-        step.content = " ".join(said) if altered else raw
-        result.spoken_text = " ".join(x for x in (result.spoken_text, step.content) if x)
+        state.step.content = " ".join(state.said) if altered else raw
+        result.spoken_text = " ".join(x for x in (result.spoken_text, state.step.content) if x)
         result.thinking_text += parser.thinking_text
         result.thinking_tokens += thinking_tokens
-        return step, calls, seq
 
     def _call_format(self) -> str:
         if self.config.call_format != "auto":
@@ -397,7 +428,9 @@ class TurnRunner:
 
         return validate
 
-    def _handle(self, events, turn_id, sink, seq, step, calls, result, said) -> int:
+    def _handle(self, events: list, state: StepState) -> None:
+        """Send the parser's events on: sentences spoken, calls dispatched after them."""
+        turn_id, sink, result = state.turn_id, state.sink, state.result
         for ev in events:
             if isinstance(ev, Sentence):
                 text, dropped = clean_sentence(ev.text)  # only what a voice can say
@@ -405,19 +438,15 @@ class TurnRunner:
                     result.dropped.extend(dropped)
                     log.warning("turn %s: dropped unspeakable %r", turn_id, " ".join(dropped))
                 if text:
-                    sink.on_sentence(turn_id, seq, text)
-                    said.append(text)
-                    seq += 1
+                    state.say(text)
             elif isinstance(ev, SpeechDelta):
                 sink.on_speech_delta(turn_id, ev.text)
             elif isinstance(ev, ThinkingDelta):
                 sink.on_thinking(turn_id, ev.text)
             elif isinstance(ev, ToolCall):
-                if seq == 0:  # spoken first, whatever the model did: no silent goal
-                    sink.on_sentence(turn_id, seq, self.config.filler_sentence)
-                    said.append(self.config.filler_sentence)
+                if state.seq == 0:  # spoken first, whatever the model did: no silent goal
+                    state.say(self.config.filler_sentence)
                     result.fillers += 1
-                    seq += 1
                 refused = self.registry.admit(ev.name)
                 future = None if refused else sink.dispatch(turn_id, ev.name, ev.arguments)
                 if refused:
@@ -425,15 +454,12 @@ class TurnRunner:
                     result.errors.append(refused)
                 else:
                     result.tool_calls.append(f"{ev.name} {json.dumps(ev.arguments)}")
-                calls.append((ev, future))
-                step.tool_calls.append({"name": ev.name, "arguments": getattr(ev, "arguments", {})})
+                state.call(ev, future, ev.name, getattr(ev, "arguments", {}))
             elif isinstance(ev, ToolCallError):
                 result.errors.append(ev.reason)
-                calls.append((ev, None))
-                step.tool_calls.append({"name": ev.name or "invalid_call", "arguments": {}})
+                state.call(ev, None, ev.name or "invalid_call", {})
             elif isinstance(ev, EndOfTurn):
                 pass
-        return seq
 
     def _await_results(self, calls, generation, result) -> list[dict[str, Any]]:
         pending = [f for _, f in calls if f is not None]

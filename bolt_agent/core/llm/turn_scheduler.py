@@ -7,7 +7,7 @@ it (its future holds a cancelled result, its sink hears the turn end), so with f
 arriving while A runs, A is cancelled, B never runs and C answers. The generation the runner
 compares against is pinned to the job's stamp while the turn starts (``PinnedToken``), so a
 cancel that lands between "turn marked current" and the runner's first check is not lost.
-A speculative transcript (the user just went quiet) queues its end-of-turn probe (the hint the
+A early transcript (the user just went quiet) queues its end-of-turn probe (the hint the
 ASR waits for) and, when the node answers preemptively, a turn behind a ``HeldTurn`` gate; a
 discarded one is removed from the history once it ends. Interruptions (what the user really
 heard) are never dropped. Jobs queued while the node is
@@ -78,8 +78,8 @@ class PrewarmJob:
 
 
 @dataclass(frozen=True)
-class SpeculativeJob:
-    """A speculative transcript (the user has just gone quiet): judge whether their turn is
+class PreemptiveJob:
+    """A early transcript (the user has just gone quiet): judge whether their turn is
     complete with these words (``probe``: the hint for the ASR's end of turn) and, with ``turn``,
     start the answer at once behind a ``HeldTurn`` gate (nothing heard or dispatched before the
     final transcript commits it; a discard removes it from the history)."""
@@ -108,12 +108,12 @@ class ResetJob:
     done: Future = field(default_factory=Future)
 
 
-Job = TurnJob | PrewarmJob | SpeculativeJob | InterruptedJob | ResetJob
+Job = TurnJob | PrewarmJob | PreemptiveJob | InterruptedJob | ResetJob
 
 
 def _pending_turn(job: Job) -> TurnJob | None:
-    """The turn a job carries (a speculative job's preemptive turn) while its future is open."""
-    turn = job.turn if isinstance(job, SpeculativeJob) else job
+    """The turn a job carries (a preemptive job's turn) while its future is open."""
+    turn = job.turn if isinstance(job, PreemptiveJob) else job
     return turn if isinstance(turn, TurnJob) and not turn.done.done() else None
 
 
@@ -127,7 +127,7 @@ def _discard_unheard(turn: TurnJob) -> None:
 
 def _futures(job: Job) -> list[Future]:
     """The futures a job's callers wait on (a prefill's event is set by ``run_job``)."""
-    if isinstance(job, SpeculativeJob):
+    if isinstance(job, PreemptiveJob):
         return [job.turn.done] if job.turn is not None else []
     if isinstance(job, TurnJob | ResetJob):
         return [job.done]
@@ -202,7 +202,7 @@ class TurnScheduler:
         self._cancelled(running, "new utterance")
         return job.done
 
-    def speculate(
+    def preempt(
         self,
         utterance_id: str,
         text: str,
@@ -211,7 +211,7 @@ class TurnScheduler:
         probe: bool,
         with_nearest: bool = False,
     ) -> Future | None:
-        """A speculative transcript: queue its end-of-turn probe and, with ``held`` (a
+        """A early transcript: queue its end-of-turn probe and, with ``held`` (a
         ``HeldTurn``), the preemptive turn. A preemptive turn supersedes the turn in progress
         like any new utterance (the final would a moment later); a probe alone does not. The
         future holds the turn's result (None without a turn). ``with_nearest``: the probe's
@@ -227,7 +227,7 @@ class TurnScheduler:
                 turn = TurnJob(utterance_id, text, knobs, held, generation=generation)
                 if hasattr(held, "is_cancelled"):  # a cancelled preemptive turn is discarded
                     held.is_cancelled = lambda: self.token.is_stale(generation)
-            job = SpeculativeJob(utterance_id, text, knobs, probe, turn, generation, with_nearest)
+            job = PreemptiveJob(utterance_id, text, knobs, probe, turn, generation, with_nearest)
             self._jobs.put(job)
         self._cancelled(running, "new utterance (preemptive answer)")
         return turn.done if turn is not None else None
@@ -337,12 +337,12 @@ class TurnScheduler:
             self.runner.dialogue.mark_interrupted(job.turn_id, job.spoken_text)
         elif isinstance(job, PrewarmJob):
             self._prewarm(job)
-        elif isinstance(job, SpeculativeJob):
-            self._speculative(job)
+        elif isinstance(job, PreemptiveJob):
+            self._preemptive(job)
         else:
             self._turn(job)
 
-    def _speculative(self, job: SpeculativeJob) -> None:
+    def _preemptive(self, job: PreemptiveJob) -> None:
         gone = job.turn is not None and getattr(job.turn.sink, "state", "") == "discarded"
         if job.probe and not gone and not self.token.is_stale(job.generation):
             request = self._make_request(job.utterance_id, job.text, job.knobs)

@@ -41,12 +41,11 @@ class LlamaConfig:
     # physical batch: sizes llama.cpp's compute buffer (4 B x n_vocab x n_ubatch of logits, 64
     # MiB for Gemma's 262k vocabulary, mostly never touched; the attention scores of a
     # micro-batch, n_kv x n_ubatch per head, are) and the sliding-window cache (n_swa + n_ubatch
-    # cells, padded to 256). 64 instead of 256: 7.4 MiB less of the buffer touched once a
-    # prefill ran at a 4K context; prefills over 64 tokens 16-23 % slower, shorter ones the same
-    # (docs/benchmarks.md, twentieth round)
+    # cells, padded to 256). 64 rather than 256 trades a slower long prefill for less of the
+    # buffer touched (figures: docs/memory.md)
     n_ubatch: int = 64
     # full-size sliding-window cache (llama-cpp-python's default): n_ctx cells per SWA layer
-    # instead of n_swa + n_ubatch; off, prefix reuse is kept valid by core/swa_cache.SwaGuard
+    # instead of n_swa + n_ubatch; off, prefix reuse is kept valid by llama/swa_cache.SwaGuard
     swa_full: bool = False
     flash_attn: str = "auto"  # on | off | auto (on with GPU layers; slower on this CPU)
     # K/V cache element types (f16 | bf16 | q8_0 | q4_0 | ...): q8_0 halves the cache (34 B per 32

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import numpy as np
 import soxr
 
-from bolt_agent.core.speech.sample_clock import SampleClock
+from bolt_agent.core.audio.sample_clock import SampleClock
 
 Kind = Literal["input", "output"]
 
@@ -128,18 +128,22 @@ def open_stream(
     rate: int,
     rescan: bool,
     make: Callable[[DeviceInfo, int], Any],
+    env: dict[str, str] | None = None,
 ) -> tuple[Any, DeviceInfo, int]:
     """Find the device, pick its rate, build the stream (``make(device, rate)``, not started)
     and start it, under ``PORTAUDIO_LOCK``; then it is counted open and the ALSA plugins no
     stream uses are released. A stream that opens but will not start is closed again.
-    Returns (stream, device, rate); ``DeviceError`` says why it could not."""
+    ``env``: variables set only while the stream is built and started (``PULSE_SINK``: the
+    PulseAudio sink of an output), restored after. Returns (stream, device, rate);
+    ``DeviceError`` says why it could not."""
     with PORTAUDIO_LOCK:
         device = find_device(device_spec, kind, rescan)
         rate = supported_rate(device, rate, kind)
         stream = None
         try:
-            stream = make(device, rate)
-            stream.start()
+            with _scoped_env(env or {}):
+                stream = make(device, rate)
+                stream.start()
         except Exception as exc:
             if stream is not None:
                 with contextlib.suppress(Exception):
@@ -150,6 +154,23 @@ def open_stream(
         OPEN_STREAMS.add(1)
         release_alsa_plugins()
         return stream, device, rate
+
+
+@contextlib.contextmanager
+def _scoped_env(changes: dict[str, str]):
+    """Set ``changes`` in the environment for the block, then put back what was there. Only
+    under ``PORTAUDIO_LOCK``: no other stream of the process opens meanwhile, and the
+    process's environment is left as it was (one process hosts every node when embedded)."""
+    saved = {key: os.environ.get(key) for key in changes}
+    os.environ.update(changes)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def close_stream(stream: Any) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from turn_sinks import RecordingSink
+from support.turn_sinks import RecordingSink
 
 SPECIALS = ("<unk>", "<s>", "</s>")
 CHARS = [chr(c) for c in range(32, 127)]  # printable ASCII; ' ' is written as '▁'

@@ -13,7 +13,7 @@ from std_msgs.msg import Bool, String
 
 from bolt_agent.nodes.action_client import ActionClient
 from bolt_agent_interfaces.action import PlayAnimation
-from ros_helpers import spin_until
+from support.ros_helpers import spin_until
 
 RELIABLE = QoSProfile(depth=500, reliability=ReliabilityPolicy.RELIABLE)
 LATCHED = QoSProfile(

@@ -17,7 +17,7 @@ from bolt_agent.core.vision.perception import (
     finish,
     make_perception_backend,
 )
-from perception_videos import (
+from support.perception_videos import (
     DARK_END,
     DARK_START,
     MOVE_END,

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from bolt_agent.core.speech.sentences import SentenceSplitter
+from bolt_agent.core.tts.sentences import SentenceSplitter
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Speech recognition behind a small interface: 16 kHz float32 audio → text with confidence.
 
-``WhisperEngine`` runs a CTranslate2 whisper model (core/speech/whisper_ct2: faster-whisper's
+``WhisperEngine`` runs a CTranslate2 whisper model (core/asr/whisper_ct2: faster-whisper's
 numbers without importing faster-whisper): int8 on CPU, float16 on CUDA unless a compute type
 is given. Whisper pads every input to 30 s and the encoder's cost grows faster than linearly
 with its input; ``encoder_window_s`` gives the encoder only the first N seconds of that
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from bolt_agent.core.speech.whisper_ct2 import (
+from bolt_agent.core.asr.whisper_ct2 import (
     HOP,
     MAX_FRAMES,
     MAX_LENGTH,

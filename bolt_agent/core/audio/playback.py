@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from bolt_agent.core.speech.audio_io import (
+from bolt_agent.core.audio.audio_io import (
     DeviceError,
     DeviceInfo,
     DeviceNotFoundError,
@@ -33,7 +33,7 @@ from bolt_agent.core.speech.audio_io import (
     int16_to_float,
     open_stream,
 )
-from bolt_agent.core.speech.pulse_route import PulseRoute, PulseRouteError
+from bolt_agent.core.audio.pulse_route import PulseRoute, PulseRouteError
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,10 @@ class Player:
             self._warm_frames = int(rate * (stream.latency + 0.1))
             return stream
 
-        opened = open_stream("output", self.device_spec, self.sample_rate, rescan, make)
+        # PortAudio cannot name a PulseAudio sink: libpulse takes it from PULSE_SINK while the
+        # stream is opened (the process's environment is left as it was)
+        env = {"PULSE_SINK": self.route.sink} if self.route is not None else None
+        opened = open_stream("output", self.device_spec, self.sample_rate, rescan, make, env)
         self._stream, self.device, self.device_rate = opened
         # Some back ends (PulseAudio through ALSA) hold a new stream for ~1.5 s before its clock
         # runs; wait for that here so the first sentence is not delayed.

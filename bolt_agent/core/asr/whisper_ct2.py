@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from bolt_agent.core.speech.byte_bpe import ByteLevelTokenizer
+from bolt_agent.core.asr.byte_bpe import ByteLevelTokenizer
 
 SAMPLE_RATE = 16000
 N_FFT = 400

@@ -220,7 +220,7 @@ class VadSegmenter:
         """Where the utterance will end if the silence that has begun lasts ``min_silence_ms``
         (the end ``SpeechEnd`` would then carry), once that much audio is here; else None.
 
-        Lets a caller transcribe speculatively while the VAD waits out the silence: the
+        Lets a caller transcribe early while the VAD waits out the silence: the
         ``SpeechEnd`` that follows has this ``end`` and exactly ``audio_between(start, end)``."""
         if self._start is None or self._temp_end is None:
             return None

@@ -1,9 +1,12 @@
 """Which PulseAudio sink this process's playback is on, through ``pactl`` (pulseaudio-utils).
 
 PortAudio reaches PulseAudio through ALSA's pulse plugin and cannot name a sink, so the sink is
-chosen by ``PULSE_SINK``. When that sink disappears PulseAudio moves the stream to another sink
-and keeps it there after the sink is back, and PortAudio sees no error (measured: the stream
-keeps consuming at full rate), so only PulseAudio itself can say the robot lost its speaker.
+chosen by ``PULSE_SINK`` while the stream is opened (``audio_io.open_stream``'s ``env``: libpulse
+reads it when the plugin makes its context, and every stream the plugin makes later for that
+PCM, after a stop or an underrun, goes to the same sink). When that sink disappears PulseAudio
+moves the stream to another sink and keeps it there after the sink is back, and PortAudio sees no
+error (measured: the stream keeps consuming at full rate), so only PulseAudio itself can say the
+robot lost its speaker.
 
 Asking costs two ``pactl`` runs (~30 ms of CPU), too much to repeat twice a second on a robot
 whose cores run three models: a ``pactl subscribe`` process reports sink and stream events, and a

@@ -7,9 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from audio_fixtures import ScriptedProbs, speech_wav, wer  # noqa: F401 - fixture
-from bolt_agent.core.speech.asr_engine import combine_segments
-from bolt_agent.core.speech.audio_io import (
+from bolt_agent.core.asr.asr_engine import combine_segments
+from bolt_agent.core.asr.vad_segmenter import (
+    WINDOW,
+    SpeechEnd,
+    SpeechStart,
+    VadConfig,
+    VadSegmenter,
+)
+from bolt_agent.core.audio.audio_io import (
     DeviceInfo,
     DeviceNotFoundError,
     RateResamplers,
@@ -20,15 +26,9 @@ from bolt_agent.core.speech.audio_io import (
     select_device,
     to_mono,
 )
-from bolt_agent.core.speech.playback import PacedSink, _SegmentQueue
-from bolt_agent.core.speech.tts_engine import split_sentences, spoken_prefix
-from bolt_agent.core.speech.vad_segmenter import (
-    WINDOW,
-    SpeechEnd,
-    SpeechStart,
-    VadConfig,
-    VadSegmenter,
-)
+from bolt_agent.core.audio.playback import PacedSink, _SegmentQueue
+from bolt_agent.core.tts.tts_engine import split_sentences, spoken_prefix
+from support.audio_fixtures import ScriptedProbs, speech_wav, wer  # noqa: F401 - fixture
 
 TOLERANCE = int(0.2 * 16000)
 
@@ -125,7 +125,7 @@ def test_vad_pending_end_announces_the_end_and_is_withdrawn_when_speech_resumes(
 
 
 def test_first_clause_goes_out_early_only_once():
-    from bolt_agent.core.speech.sentences import SentenceSplitter
+    from bolt_agent.core.tts.sentences import SentenceSplitter
 
     def split(text: str, chars: int) -> list[str]:
         splitter, out = SentenceSplitter(chars), []
@@ -152,7 +152,7 @@ def test_first_clause_goes_out_early_only_once():
 def test_the_first_clause_goes_at_its_mark_not_one_token_later():
     """As the LLM streams it: "Yes" then "," — the comma after a letter ends the clause at
     once (a decode step earlier than waiting for the space); after a digit it waits."""
-    from bolt_agent.core.speech.sentences import SentenceSplitter
+    from bolt_agent.core.tts.sentences import SentenceSplitter
 
     splitter = SentenceSplitter(3)
     assert splitter.push("Yes") == []
@@ -324,8 +324,8 @@ def test_paced_sink_drops_a_block_it_cannot_emit_reports_it_and_goes_on():
 
 @pytest.mark.slow
 def test_whisper_encoder_window_gives_the_same_words(speech_wav):  # noqa: F811
+    from bolt_agent.core.asr.asr_engine import WhisperEngine
     from bolt_agent.core.models import resolve_model
-    from bolt_agent.core.speech.asr_engine import WhisperEngine
 
     full = WhisperEngine(resolve_model("", kind="asr"), "cpu", encoder_window_s=30)
     windowed = WhisperEngine(resolve_model("", kind="asr"), "cpu", encoder_window_s=10)
@@ -343,8 +343,8 @@ def test_whisper_encoder_window_gives_the_same_words(speech_wav):  # noqa: F811
 
 @pytest.mark.slow
 def test_whisper_auto_device_falls_back_to_cpu_and_silence_gives_nothing(monkeypatch):
+    from bolt_agent.core.asr.asr_engine import WhisperEngine
     from bolt_agent.core.models import resolve_model
-    from bolt_agent.core.speech.asr_engine import WhisperEngine
 
     monkeypatch.setattr(WhisperEngine, "pick_device", staticmethod(lambda _d: "cuda"))
     engine = WhisperEngine(resolve_model("", kind="asr"), device="auto")
@@ -360,7 +360,7 @@ def test_player_counts_underflows_and_those_right_after_real_audio():
     gap may have been heard); idle silence running dry is not a glitch anyone hears."""
     from types import SimpleNamespace
 
-    from bolt_agent.core.speech.playback import Player
+    from bolt_agent.core.audio.playback import Player
 
     player = Player(None, 16000, block_ms=10)
     ok, dry = SimpleNamespace(output_underflow=False), SimpleNamespace(output_underflow=True)

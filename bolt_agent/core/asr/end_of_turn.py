@@ -2,7 +2,7 @@
 
 A fixed silence (the VAD's ``min_silence_ms``) is either long, and every answer waits for it, or
 short, and a user who pauses mid-sentence ("I would like to buy … a long sword") is cut in two.
-``EndOfTurn`` decides while the silence lasts, from the speculative transcript of the words so far:
+``EndOfTurn`` decides while the silence lasts, from the early transcript of the words so far:
 
 * **complete** → the turn ends once the silence reaches ``complete_silence_ms`` (~250 ms);
 * **likely** (the model less sure, ``likely_threshold`` ≤ p < ``threshold``, and the text looks
@@ -10,7 +10,7 @@ short, and a user who pauses mid-sentence ("I would like to buy … a long sword
   (~600 ms): a finished sentence the model scores just under the threshold no longer waits for
   the cap, and a beginning that only whisper's punctuation makes look finished scores far lower;
 * **incomplete** → it waits until ``incomplete_silence_ms`` (~1.2 s), the VAD's own cap;
-* **not known yet** (no speculative transcript) → the cap ends it.
+* **not known yet** (no early transcript) → the cap ends it.
 
 Whether the words are complete comes from a *hint*: the resident LLM's probability that a
 sentence ends right after the words (``EndOfTurnHint`` on ``llm/end_of_turn``; one decode step
@@ -20,7 +20,7 @@ the same text within ``hint_timeout_ms`` of silence (no LLM node, a remote engin
 worker), the text itself decides (``text_looks_complete``: final punctuation and the last word;
 weaker, since whisper punctuates fragments too: docs/speech.md has the measured figures).
 
-Pure logic: the listener feeds it the silence so far, the speculative text and the hints.
+Pure logic: the listener feeds it the silence so far, the early transcript and the hints.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ class EndOfTurn:
         return True
 
     def judge(self, text: str, silence_ms: float) -> Decision | None:
-        """Is the turn complete with ``text`` (the speculative transcript of the words before
+        """Is the turn complete with ``text`` (the early transcript of the words before
         this silence)? None while it cannot be said yet (no hint and still within
         ``hint_timeout_ms``)."""
         s = self.settings

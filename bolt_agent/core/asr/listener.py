@@ -12,15 +12,15 @@ ASR node used to decide inline:
   a tail stretched over the user's first words;
 * **partials** every ``partial_interval_s`` of speech, skipped while more than ``backlog_s`` of
   audio waits behind the block or while the transcriber is still busy;
-* **speculative final** (``speculative_final``): as soon as a silence begins
+* **early final** (``early_final``): as soon as a silence begins
   (``VadSegmenter.pending_end``), the utterance is transcribed; the result is published as a
   partial at once, reused for the final when the VAD confirms that very end, and discarded
   (never published) if speech resumes first;
-* **end of turn** (``end_of_turn``, ``core.speech.end_of_turn``): in ``semantic`` mode the VAD's
+* **end of turn** (``end_of_turn``, ``core.asr.end_of_turn``): in ``semantic`` mode the VAD's
   ``min_silence_ms`` is only the longest wait; the utterance ends as soon as the silence reaches
-  ``complete_silence_ms`` and the words of the speculative transcript are judged complete (a
+  ``complete_silence_ms`` and the words of the early transcript are judged complete (a
   hint from the LLM, ``end_of_turn_hint``, or the text itself). When speech resumes after a
-  speculative transcript was started, ``VoiceActivityEvent(speaking=True)`` is emitted again
+  early transcript was started, ``VoiceActivityEvent(speaking=True)`` is emitted again
   with the same utterance id (``resumed``): whatever was started from it must be discarded;
 * **stamps**: sample offsets become nanosecond stamps through the latest block's stamp.
 
@@ -32,9 +32,8 @@ runs each job at once inside ``submit``). Nothing a job raises is lost in a futu
 a transcription error, or any other error of the job (a failing ``emit``), becomes a
 ``TranscriptionFailed`` event (logged when delivering it fails too); the listener keeps going.
 
-Input hygiene: ``push`` takes any block (NaN/inf are zeroed, any shape flattened);
-``audio_block_problem`` says why a received block must be refused (rate, channels, length)
-before it is converted.
+Input hygiene: ``push`` takes any block (NaN/inf are zeroed, any shape flattened); what
+reaches it was checked and queued by ``core.asr.audio_ingest``.
 
 Delivery of events, in the order they happen:
 
@@ -51,7 +50,6 @@ Delivery of events, in the order they happen:
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 import uuid
@@ -62,8 +60,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from bolt_agent.core.speech.end_of_turn import EndOfTurn, EndOfTurnSettings
-from bolt_agent.core.speech.vad_segmenter import (
+from bolt_agent.core.asr.end_of_turn import EndOfTurn, EndOfTurnSettings
+from bolt_agent.core.asr.vad_segmenter import (
     SAMPLE_RATE,
     WINDOW,
     SpeechEnd,
@@ -73,27 +71,7 @@ from bolt_agent.core.speech.vad_segmenter import (
 
 ECHO_MODES = ("off", "gate", "barge_in")
 _NS = 1_000_000_000
-#: sample rates a received block may have (0 = the listener's own rate)
-MIN_RATE, MAX_RATE, MAX_CHANNELS = 8_000, 192_000, 16
 log = logging.getLogger(__name__)
-
-
-def audio_block_problem(
-    n_samples: int, channels: int, sample_rate: int, max_chunk_s: float
-) -> str | None:
-    """Why an interleaved int16 block cannot be taken, or None. Checked before any conversion:
-    an odd sample count for two channels once ended the ASR node inside ``to_mono``."""
-    rate = sample_rate or SAMPLE_RATE
-    if not MIN_RATE <= rate <= MAX_RATE:
-        return f"sample_rate {sample_rate} outside [{MIN_RATE}, {MAX_RATE}]"
-    if not 1 <= channels <= MAX_CHANNELS:
-        return f"channels {channels} outside [1, {MAX_CHANNELS}]"
-    if n_samples % channels:
-        return f"{n_samples} samples is not a whole number of {channels}-channel frames"
-    seconds = n_samples / channels / rate
-    if not math.isfinite(max_chunk_s) or seconds > max_chunk_s:
-        return f"block of {seconds:.2f} s is longer than max_chunk_s {max_chunk_s} s"
-    return None
 
 
 def clean_block(chunk: Any) -> np.ndarray:
@@ -106,31 +84,6 @@ def clean_block(chunk: Any) -> np.ndarray:
     return x
 
 
-class StreamGaps:
-    """Finds audio missing from a stream of stamped blocks (a best-effort topic that lost a
-    block, a publisher that skipped some): the time between where the previous block ended and
-    where this one begins by its stamp. Unstamped blocks (0) and stamps that go back (a bag
-    replayed again, a clock reset) start afresh; a gap up to ``tolerance_ns`` is stamping
-    jitter (a publisher that stamps when it sends, late under load), not lost words; None
-    finds none."""
-
-    def __init__(self, tolerance_ns: int | None = _NS // 4) -> None:
-        self.tolerance_ns = tolerance_ns
-        self._next_ns: int | None = None
-
-    def block(self, stamp_ns: int, duration_ns: int) -> int:
-        """The ns missing before a block that starts at ``stamp_ns`` and lasts
-        ``duration_ns`` (0: none, or it cannot be told)."""
-        expected, self._next_ns = self._next_ns, stamp_ns + duration_ns if stamp_ns > 0 else None
-        if expected is None or stamp_ns <= 0 or self.tolerance_ns is None:
-            return 0
-        missing = stamp_ns - expected
-        return missing if missing > self.tolerance_ns else 0
-
-    def reset(self) -> None:
-        self._next_ns = None
-
-
 @dataclass(frozen=True)
 class ListenerSettings:
     echo_mode: str = "barge_in"  # off | gate | barge_in
@@ -138,7 +91,7 @@ class ListenerSettings:
     barge_in_min_ms: int = 300  # speech needed while the robot speaks
     echo_tail_ms: int = 300  # gate: keep ignoring the mic this long after the robot stops
     partial_interval_s: float = 1.0  # of speech between partial transcripts (0 = no partials)
-    speculative_final: bool = True  # transcribe when a silence begins, reuse when it is confirmed
+    early_final: bool = True  # transcribe when a silence begins, reuse when it is confirmed
     backlog_s: float = 0.5  # queued audio above which partials are skipped to catch up
     #: when the turn ends (fixed: the VAD's min_silence_ms; semantic: from the words)
     end_of_turn: EndOfTurnSettings = field(default_factory=lambda: EndOfTurnSettings("fixed"))
@@ -157,7 +110,7 @@ class VoiceActivityEvent:
     speaking: bool
     barge_in: bool  # the utterance started while the robot was speaking (barge_in mode)
     stamp_ns: int
-    resumed: bool = False  # speaking again after a speculative end (same utterance)
+    resumed: bool = False  # speaking again after an early end (same utterance)
 
 
 @dataclass(frozen=True)
@@ -169,7 +122,7 @@ class TranscriptEvent:
     language: str
     audio_start_ns: int  # where speech was detected
     audio_end_ns: int  # the end of the transcribed audio
-    speculative: bool = False  # the speculative final, published as a partial
+    early: bool = False  # the early transcript, published as a partial
     # diagnostics (not part of the event's identity): from the job's submission to its start
     # (behind other jobs), and the transcription itself (0 for a final that reused one)
     queued_s: float = field(default=0.0, compare=False)
@@ -197,7 +150,7 @@ class NoSpeech:
 @dataclass(frozen=True)
 class TranscriptionFailed:
     utterance_id: str
-    stage: str  # partial | speculative | final
+    stage: str  # partial | early | final
     error: str
 
 
@@ -232,7 +185,7 @@ class InlineRunner:
 
 # --- jobs --------------------------------------------------------------------------------------
 @dataclass(eq=False)
-class _Speculation:
+class _Early:
     """A final transcribed before the VAD confirmed the end: its span and its result."""
 
     utt_id: str
@@ -240,7 +193,7 @@ class _Speculation:
     onset: int  # where speech was detected (the stamps)
     end: int
     start_ns: int = 0  # the stamps of onset and end when it was made: a final that reuses the
-    end_ns: int = 0  # speculation reports the very same span (not a later, jittered mapping)
+    end_ns: int = 0  # early transcript reports the very same span (not a later, jittered mapping)
     ended_by: str = "silence"  # set when the words ended the utterance early
     silence_ms: float = 0.0
     stale: bool = False  # speech resumed: the result must not be used or published
@@ -261,12 +214,12 @@ class _Timing:
 class _Job:
     """One transcription, handed from the pushing thread to the runner's."""
 
-    kind: str  # partial | speculative | final
+    kind: str  # partial | early | final
     utt_id: str
     audio: np.ndarray = field(repr=False)
     start_ns: int
     end_ns: int
-    speculation: _Speculation | None = None  # speculative: its own; final: the one to reuse
+    early: _Early | None = None  # early: its own; final: the one to reuse
     ended: tuple[str, float] = ("silence", 0.0)  # final: how the end was decided, silence ms
     submitted: float = 0.0  # the listener's clock when it was handed to the runner
 
@@ -292,9 +245,9 @@ class Listener:
         self._anchor = (0, 0)  # (sample offset, stamp ns) of the latest block
         self._utt_id, self._utt_barge, self._last_partial = "", False, 0
         self._barge_mode = False
-        self._speculation: _Speculation | None = None
-        # a speculation is made stale (pushing thread) and published (whisper thread) under
-        # it: a stale speculative transcript never follows the "resumed" that made it stale
+        self._early: _Early | None = None
+        # an early transcript is made stale (pushing thread) and published (whisper thread) under
+        # it: a stale early transcript never follows the "resumed" that made it stale
         self._spec_lock = threading.Lock()
         self.delivery_failures = 0  # voice activity events that could not be delivered
         self.lost_samples = 0  # audio dropped upstream, skipped over (``audio_lost``)
@@ -318,7 +271,7 @@ class Listener:
             self._robot_said = bool(speaking)
 
     def end_of_turn_hint(self, utterance_id: str, text: str, p_complete: float) -> None:
-        """The LLM's judgement of a speculative transcript (any thread; used by the next push)."""
+        """The LLM's judgement of an early transcript (any thread; used by the next push)."""
         with self._hints_lock:
             self._hints.append((utterance_id, text, p_complete))
             del self._hints[:-8]
@@ -341,7 +294,7 @@ class Listener:
         if gated:
             if seg.in_speech:
                 self._voice(False, seg.offset)
-            self._drop_speculation()  # its utterance is dropped
+            self._drop_early()  # its utterance is dropped
             seg.skip(gated)
             if gated == len(chunk):
                 return self.take_events()
@@ -364,7 +317,7 @@ class Listener:
             elif isinstance(event, SpeechEnd):
                 self._final(event)
         if seg.in_speech:
-            self._speculate()
+            self._transcribe_early()
             self._end_from_words()
         interval = int(s.partial_interval_s * SAMPLE_RATE)
         if (
@@ -398,7 +351,7 @@ class Listener:
         over the gap (the VAD starts afresh after it). Returns the events (as ``push``)."""
         if samples > 0:
             self._end_open("audio_lost")
-            self._drop_speculation()
+            self._drop_early()
             self.vad.skip(samples)
             self.lost_samples += samples
         return self.take_events()
@@ -463,11 +416,11 @@ class Listener:
         # 512-sample blocks are gated whole, as before), at most one window past the tail
         return min(samples, -(-left // WINDOW) * WINDOW)
 
-    def _drop_speculation(self) -> _Speculation | None:
-        """Make the speculation in progress stale (None if there was none), under the lock the
+    def _drop_early(self) -> _Early | None:
+        """Make the early transcript in progress stale (None if there was none), under the lock the
         whisper thread publishes it under."""
         with self._spec_lock:
-            spec, self._speculation = self._speculation, None
+            spec, self._early = self._early, None
             if spec is not None:
                 spec.stale = True
         return spec
@@ -479,22 +432,22 @@ class Listener:
         job = replace(job, submitted=self._clock())
         self._last_job = self._runner.submit(lambda: self._run_guarded(job))
 
-    def _speculate(self) -> None:
-        """Start (or invalidate) the speculative final for the silence in progress."""
+    def _transcribe_early(self) -> None:
+        """Start (or invalidate) the early final for the silence in progress."""
         seg = self.vad
-        spec, end = self._speculation, seg.pending_end
+        spec, end = self._early, seg.pending_end
         if spec is not None and spec.end != end:
-            self._drop_speculation()  # speech resumed (or a new silence began): forget it
+            self._drop_early()  # speech resumed (or a new silence began): forget it
             spec = None
             # what was started from it (a preemptive answer) must be discarded
             self._resumed(seg.offset)
-        if spec is None and end is not None and self.settings.speculative_final:
+        if spec is None and end is not None and self.settings.early_final:
             start, onset = seg.speech_start, seg.speech_onset
             assert start is not None and onset is not None
             audio = seg.audio_between(start, end)
-            spec = _Speculation(self._utt_id, start, onset, end, self.stamp(onset), self.stamp(end))
-            self._speculation = spec
-            job = _Job("speculative", spec.utt_id, audio, spec.start_ns, spec.end_ns, spec)
+            spec = _Early(self._utt_id, start, onset, end, self.stamp(onset), self.stamp(end))
+            self._early = spec
+            job = _Job("early", spec.utt_id, audio, spec.start_ns, spec.end_ns, spec)
             self._submit(job)
 
     def _end_from_words(self) -> None:
@@ -504,7 +457,7 @@ class Listener:
             hints, self._hints = self._hints, []
         for hint in hints:
             self.end_of_turn.hint(*hint)
-        spec, seg = self._speculation, self.vad
+        spec, seg = self._early, self.vad
         if spec is None or spec.stale or not spec.ran or spec.failed or spec.result is None:
             text = None
         else:
@@ -524,13 +477,13 @@ class Listener:
         """The end of speech now; the transcript follows from the runner. ``ended``: (why,
         silence ms) when neither the silence nor the words ended it."""
         with self._spec_lock:
-            spec, self._speculation = self._speculation, None
+            spec, self._early = self._early, None
             same = spec is not None and (spec.start, spec.end) == (event.start, event.end)
             reuse = same and not spec.stale
             if spec is not None and not reuse:
                 spec.stale = True
         if spec is not None and not same and not event.forced:
-            # the user went on after the speculation's silence and the utterance ended within
+            # the user went on after the early transcript's silence and the utterance ended within
             # the same block (a long one): what was started from it must be discarded too (a
             # forced end, max_speech_s in the pause, is no resumption)
             self._resumed(spec.end)
@@ -574,8 +527,8 @@ class Listener:
         try:
             self._run(job)
         except Exception as exc:
-            if job.speculation is not None and job.kind == "speculative":
-                job.speculation.failed = job.speculation.ran = True
+            if job.early is not None and job.kind == "early":
+                job.early.failed = job.early.ran = True
             try:
                 self._deliver(TranscriptionFailed(job.utt_id, job.kind, repr(exc)))
             except Exception as again:
@@ -585,9 +538,9 @@ class Listener:
                 )
 
     def _run(self, job: _Job) -> None:
-        spec = job.speculation
+        spec = job.early
         timing = _Timing(self._clock() - job.submitted)
-        if job.kind == "speculative":
+        if job.kind == "early":
             assert spec is not None
             if spec.stale:
                 spec.ran = True
@@ -595,8 +548,8 @@ class Listener:
             ok, result = self._transcribe(job, final=True, timing=timing)
             spec.result, spec.failed, spec.ran = result, not ok, True
             with self._spec_lock:  # (published before any "resumed" that makes it stale)
-                if result is not None and not spec.stale and self._speculation is spec:
-                    self._transcript(job, result, False, timing, speculative=True)
+                if result is not None and not spec.stale and self._early is spec:
+                    self._transcript(job, result, False, timing, early=True)
         elif job.kind == "partial":
             ok, result = self._transcribe(job, final=False, timing=timing)
             if result is not None:
@@ -626,7 +579,7 @@ class Listener:
             timing.transcribe_s = self._clock() - t0
 
     def _transcript(
-        self, job: _Job, result: Any, final: bool, timing: _Timing, speculative: bool = False
+        self, job: _Job, result: Any, final: bool, timing: _Timing, early: bool = False
     ) -> None:
         event = TranscriptEvent(
             job.utt_id,
@@ -636,7 +589,7 @@ class Listener:
             result.language,
             job.start_ns,
             job.end_ns,
-            speculative,
+            early,
             timing.queued_s,
             timing.transcribe_s,
         )

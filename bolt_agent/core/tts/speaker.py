@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from bolt_agent.core.speech.tts_engine import split_sentences, spoken_prefix
+from bolt_agent.core.tts.tts_engine import split_sentences, spoken_prefix
 
 MAX_TURNS = 64  # turns remembered (for their spoken text and ``done``); the oldest go first
 MAX_HOLD_S = 10.0  # a held turn not released by then is discarded
@@ -463,18 +463,9 @@ class Speaker:
         there, in order). Every turn cut gets its interrupted state, the reported one last.
         Returns what was said, or None if nothing was playing or queued."""
         with self._lock:
-            held = [t.turn_id for t in self._turns.values() if t.held]
-            for held_id in held:  # nobody heard a held turn: it goes without an interruption
-                if not turn_id and self.discard(held_id):
-                    # the LLM will release it and go on: drop that (no start, no sense)
-                    self._cut_held[held_id] = None
-                    while len(self._cut_held) > MAX_CUT_HELD:
-                        del self._cut_held[next(iter(self._cut_held))]
-                elif held_id == turn_id:
-                    self.discard(held_id)
-            if turn_id and turn_id in held:
-                return None
-            current, sink = self._current, self._sink
+            if self._discard_held_for_stop(turn_id):
+                return None  # the named turn was held: nobody heard it, nothing to stop
+            current = self._current
             # (a held turn left is not busy: it is not playing, and it stays held)
             busy = [t for t in self._turns.values() if t.outstanding > 0 and not t.held]
             named = None
@@ -494,61 +485,104 @@ class Speaker:
             if not busy:
                 return None
             old, self._gen = self._gen, self._gen + 1
-            if named is None:
-                report = sink.stop() if sink is not None and sink.is_open else None
-                kept: list[Sentence] = []
-            else:  # the sentences the sink holds of turns not heard yet play on after it
-                report, kept = self._stop_sink_keeping_unheard(named)
-                cut_ids = {id(item.turn) for item in self._playing if item not in kept}
-                busy = [t for t in busy if t is named or id(t) in cut_ids]
-            cut = {id(t) for t in busy}
-            # what goes on: held turns and, for a stop naming a turn, the turns behind it, stamped
-            # with the new generation if they had the old one (a sentence a stop ended stays so)
-            self._queue = deque(q for q in self._queue if q.turn.held or id(q.turn) not in cut)
-            going_on = [*kept, *self._queue]
-            if self._synthesizing is not None and id(self._synthesizing.turn) not in cut:
-                going_on.append(self._synthesizing)
-            for item in going_on:
-                if item.gen == old:
-                    item.gen = self._gen
-            for item in self._playing:  # in play order: whole sentences, then the cut one
-                if item in kept:
-                    continue
-                played, total = sink.progress(item) if sink is not None else (0, 1)
-                if total and played >= total:
-                    item.turn.spoken.append(item.text)
-                    continue
-                words = spoken_prefix(item.text, played / total if total else 0.0)
-                if words:
-                    item.turn.spoken.append(words)
-                break
-            if sink is not None:
-                for item in self._playing:
-                    if item not in kept:
-                        sink.forget(item)
-            self._playing = kept
-            for turn in busy:
-                turn.outstanding, turn.interrupted, turn.last_received = 0, True, True
-                turn.done.set()
-            shown = current if current in busy else busy[0]
-            for turn in busy:  # every turn cut says so; the one reported goes last
-                if turn is not shown:
-                    self._emit(SpeechState.of(turn))
-            self._emit(SpeechState.of(shown))
-            if kept:  # the turn the sink plays next: speaking, as the latest state
-                self._current = kept[-1].turn
-                self._emit(SpeechState.of(kept[0].turn))
-            info = StopInfo(shown.turn_id, reason, shown.spoken_text)
-            if report is not None:
-                info = StopInfo(
-                    shown.turn_id,
-                    reason,
-                    shown.spoken_text,
-                    report.stop_s * 1e3,
-                    report.last_audio_s * 1e3,
-                )
-            self._emit(Stopped(info))
-            return info
+            report, kept, busy = self._stop_sink(named, busy)
+            self._carry_on(old, kept, cut=set(busy))
+            self._record_what_was_heard(kept)
+            return self._end_cut_turns(busy, current, kept, reason, report)
+
+    def _discard_held_for_stop(self, turn_id: str) -> bool:
+        """Held turns go without an interruption (nobody heard them): a stop of everything
+        discards them all, and remembers them so that their later release is dropped; a stop
+        naming one discards that one. True when the named turn was held."""
+        held = [t.turn_id for t in self._turns.values() if t.held]
+        for held_id in held:
+            if not turn_id and self.discard(held_id):
+                # the LLM will release it and go on: drop that (no start, no sense)
+                self._cut_held[held_id] = None
+                while len(self._cut_held) > MAX_CUT_HELD:
+                    del self._cut_held[next(iter(self._cut_held))]
+            elif held_id == turn_id:
+                self.discard(held_id)
+        return bool(turn_id) and turn_id in held
+
+    def _stop_sink(
+        self, named: Turn | None, busy: list[Turn]
+    ) -> tuple[Any, list[Sentence], list[Turn]]:
+        """Stop the sink: (its stop report or None, the sentences it keeps playing, the turns
+        cut). A stop of everything keeps nothing; a stop naming a turn keeps the sentences of
+        turns not heard yet, and cuts only the named turn and those whose audio was heard."""
+        sink = self._sink
+        if named is None:
+            return (sink.stop() if sink is not None and sink.is_open else None), [], busy
+        report, kept = self._stop_sink_keeping_unheard(named)
+        cut_turns = {item.turn for item in self._playing if item not in kept}
+        return report, kept, [t for t in busy if t is named or t in cut_turns]
+
+    def _carry_on(self, old: int, kept: list[Sentence], cut: set[Turn]) -> None:
+        """What goes on after a stop: held turns and, for a stop naming a turn, the turns
+        behind it, stamped with the new generation if they had the old one (a sentence a stop
+        ended stays so)."""
+        self._queue = deque(q for q in self._queue if q.turn.held or q.turn not in cut)
+        going_on = [*kept, *self._queue]
+        if self._synthesizing is not None and self._synthesizing.turn not in cut:
+            going_on.append(self._synthesizing)
+        for item in going_on:
+            if item.gen == old:
+                item.gen = self._gen
+
+    def _record_what_was_heard(self, kept: list[Sentence]) -> None:
+        """The sentences taken out of the sink join their turns' spoken text: whole ones as
+        they are, the one cut as the words played of it (in play order; nothing after it)."""
+        sink = self._sink
+        for item in self._playing:
+            if item in kept:
+                continue
+            played, total = sink.progress(item) if sink is not None else (0, 1)
+            if total and played >= total:
+                item.turn.spoken.append(item.text)
+                continue
+            words = spoken_prefix(item.text, played / total if total else 0.0)
+            if words:
+                item.turn.spoken.append(words)
+            break
+        if sink is not None:
+            for item in self._playing:
+                if item not in kept:
+                    sink.forget(item)
+        self._playing = kept
+
+    def _end_cut_turns(
+        self,
+        busy: list[Turn],
+        current: Turn | None,
+        kept: list[Sentence],
+        reason: str,
+        report: Any,
+    ) -> StopInfo:
+        """Every turn cut is over and interrupted, and says so; the one reported goes last,
+        then the turn the sink plays next (speaking) as the latest state."""
+        for turn in busy:
+            turn.outstanding, turn.interrupted, turn.last_received = 0, True, True
+            turn.done.set()
+        shown = current if current in busy else busy[0]
+        for turn in busy:
+            if turn is not shown:
+                self._emit(SpeechState.of(turn))
+        self._emit(SpeechState.of(shown))
+        if kept:
+            self._current = kept[-1].turn
+            self._emit(SpeechState.of(kept[0].turn))
+        info = StopInfo(shown.turn_id, reason, shown.spoken_text)
+        if report is not None:
+            info = StopInfo(
+                shown.turn_id,
+                reason,
+                shown.spoken_text,
+                report.stop_s * 1e3,
+                report.last_audio_s * 1e3,
+            )
+        self._emit(Stopped(info))
+        return info
 
     def _stop_sink_keeping_unheard(self, named: Turn) -> tuple[Any, list[Sentence]]:
         """Stop the sink (the lock held) but for the sentences of turns nothing of which has
@@ -557,17 +591,17 @@ class Speaker:
         sink = self._sink
         if sink is None or not sink.is_open:
             return None, []
-        heard = {id(named)} | {id(i.turn) for i in self._playing if sink.progress(i)[0]}
-        playing = {id(item): item for item in self._playing}
+        heard = {named} | {i.turn for i in self._playing if sink.progress(i)[0]}
+        playing = set(self._playing)  # (sentences and turns compare by identity)
         kept: list[Sentence] = []
 
         def keep(tag: Hashable, started: bool) -> bool:
-            item = playing.get(id(tag))
-            if item is None:
+            if tag not in playing:
                 return False
+            item: Sentence = tag  # type: ignore[assignment]
             if started:
-                heard.add(id(item.turn))
-            if id(item.turn) in heard:
+                heard.add(item.turn)
+            if item.turn in heard:
                 return False
             kept.append(item)
             return True
@@ -584,12 +618,12 @@ class Speaker:
             return True
         if sink is None:
             return False
-        done = {id(item) for item in mine if self._played_whole(item)}
-        waiting = {item for item in mine if id(item) not in done}
+        done = {item for item in mine if self._played_whole(item)}
+        waiting = {item for item in mine if item not in done}
         if waiting and not sink.drop(waiting):
             return False
         for item in mine:
-            if id(item) in done:
+            if item in done:
                 turn.spoken.append(item.text)
             self._playing.remove(item)
             sink.forget(item)

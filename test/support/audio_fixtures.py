@@ -1,6 +1,6 @@
 """Audio test fixtures: a private PulseAudio daemon with null sinks, and Piper-made speech.
 
-Import the fixtures into a test module (``from audio_fixtures import pulse, speech_wav``).
+Import the fixtures into a test module (``from support.audio_fixtures import pulse, speech_wav``).
 The daemon runs under a private runtime directory (never the user's), is reached through
 ``env(sink=..., source=...)`` per process, and is stopped by its pid at the end of the session.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bolt_agent.devices.pulse_server import PulseServer, wait_for  # noqa: F401 - re-exported for tests
+from bolt_agent.testing.pulse_server import PulseServer, wait_for  # noqa: F401 - re-exported for tests
 
 
 @pytest.fixture(scope="session")
@@ -48,9 +48,9 @@ def make_speech(out_dir: Path, texts: tuple[str, ...] = UTTERANCES) -> SpeechWav
     non-silent (|x| > 0.01)."""
     import wave
 
+    from bolt_agent.core.audio.audio_io import float_to_int16, int16_to_float, resample
     from bolt_agent.core.models import resolve_model
-    from bolt_agent.core.speech.audio_io import float_to_int16, int16_to_float, resample
-    from bolt_agent.core.speech.tts_engine import PiperEngine
+    from bolt_agent.core.tts.tts_engine import PiperEngine
 
     # seeded: the test audio (and with it every WER check on it) is the same in every run
     engine = PiperEngine(resolve_model("", kind="tts"), seed=7)

@@ -1,0 +1,1 @@
+"""Audio devices: PortAudio streams, playback, sample clocks and PulseAudio routing."""

@@ -1,0 +1,58 @@
+"""Reading /diagnostics from node processes: each node's latest DiagnosticStatus by name."""
+
+from __future__ import annotations
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+
+from bolt_agent.nodes import qos
+from support.ros_helpers import spin_until
+
+FAST = "diagnostics_period_s:=0.2"
+LEVEL = {
+    DiagnosticStatus.OK: "OK",
+    DiagnosticStatus.WARN: "WARN",
+    DiagnosticStatus.ERROR: "ERROR",
+    DiagnosticStatus.STALE: "STALE",
+}
+
+
+def start(node_process, module: str, ns: str, *params: str):
+    args = ["-m", f"bolt_agent.nodes.{module}", "--ros-args", "-r", f"__ns:={ns}"]
+    for p in (FAST, *params):
+        args += ["-p", p]
+    return node_process(*args, name=module)
+
+
+class Diagnostics:
+    """The latest DiagnosticStatus of each node under ``ns``, from /diagnostics."""
+
+    def __init__(self, node, ns: str) -> None:
+        self.ns, self.latest, self.count = ns, {}, 0
+        node.create_subscription(DiagnosticArray, "/diagnostics", self._on, qos.DIAGNOSTICS)
+
+    def _on(self, msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            if status.name.startswith(self.ns + "/"):
+                self.latest[status.name.removeprefix(self.ns + "/")] = status
+                self.count += 1
+
+    def get(self, name: str) -> tuple[str, str, dict[str, str]] | None:
+        """(level, message, values) of node ``name``, or None before its first report."""
+        status = self.latest.get(name)
+        if status is None:
+            return None
+        return LEVEL[status.level], status.message, {kv.key: kv.value for kv in status.values}
+
+    def wait(self, ex, name: str, predicate, timeout: float, procs=()) -> tuple:
+        """Spin until node ``name``'s report satisfies ``predicate(level, message, values)``."""
+
+        def ok() -> bool:
+            report = self.get(name)
+            return report is not None and predicate(*report)
+
+        try:
+            spin_until(ex, ok, timeout, f"{name} on /diagnostics")
+        except AssertionError as exc:
+            logs = "\n".join(p.log() for p in procs)
+            raise AssertionError(f"{exc}; last report: {self.get(name)}\n{logs}") from None
+        return self.get(name)

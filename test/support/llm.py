@@ -1,0 +1,77 @@
+"""llm_node in its own process, and a test-side node that records what it says and does."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from rclpy.action import ActionServer
+from rclpy.callback_groups import ReentrantCallbackGroup
+from std_msgs.msg import String
+
+from bolt_agent.nodes.qos import RELIABLE
+from bolt_agent_interfaces.action import PlayAnimation
+from bolt_agent_interfaces.msg import SpokenText, TurnMetrics
+
+BASE_PARAMS = {
+    "enable_thinking": "false",
+    "max_speech_chars": "40",
+    "max_new_tokens": "128",
+    "seed": "11",
+    "tool_server_wait_s": "1.0",
+}
+
+
+def start_llm(node_process, ns: str, **params):
+    args = ["-m", "bolt_agent.nodes.llm_node", "--ros-args", "-r", f"__ns:={ns}"]
+    for key, value in {**BASE_PARAMS, **params}.items():
+        args += ["-p", f"{key}:={value}"]
+    return node_process(*args, name="llm_node")
+
+
+class Recorder:
+    """Test-side node: SpokenText subscriber, PlayAnimation server, prompt publisher."""
+
+    def __init__(self, node, serve_animation: bool = True):
+        self.node = node
+        self.said: list[tuple[float, SpokenText]] = []
+        self.goals: list[tuple[float, PlayAnimation.Goal]] = []
+        self.tool_events: list[dict] = []
+        self.thinking: list[str] = []
+        self.metrics: list[TurnMetrics] = []
+        self.stops: list[str] = []
+        node.create_subscription(SpokenText, "speech/say", self._said, RELIABLE)
+        node.create_subscription(
+            String,
+            "llm/tool_events",
+            lambda m: self.tool_events.append(json.loads(m.data)),
+            RELIABLE,
+        )
+        node.create_subscription(
+            String, "llm/thinking", lambda m: self.thinking.append(m.data), RELIABLE
+        )
+        node.create_subscription(TurnMetrics, "bolt/turn_metrics", self.metrics.append, RELIABLE)
+        node.create_subscription(String, "tts/stop", lambda m: self.stops.append(m.data), RELIABLE)
+        self.prompt = node.create_publisher(String, "teleop/prompt", RELIABLE)
+        if serve_animation:
+            self.server = ActionServer(
+                node,
+                PlayAnimation,
+                "animation/play",
+                self._execute,
+                callback_group=ReentrantCallbackGroup(),
+            )
+
+    def _said(self, msg: SpokenText) -> None:
+        self.said.append((time.monotonic(), msg))
+
+    def _execute(self, goal_handle):
+        self.goals.append((time.monotonic(), goal_handle.request))
+        goal_handle.succeed()
+        return PlayAnimation.Result(success=True, message="played")
+
+    def turn_over(self, turn_id: str) -> bool:
+        return any(m.turn_id == turn_id and m.is_last_in_turn for _, m in self.said)
+
+    def spoken(self, turn_id: str) -> list[tuple[float, SpokenText]]:
+        return [(t, m) for t, m in self.said if m.turn_id == turn_id and m.text]
