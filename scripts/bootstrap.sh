@@ -18,8 +18,12 @@ stamp_ok() { [[ -f "$STAMPS/$1" && "$(cat "$STAMPS/$1")" == "$2" ]]; }
 stamp_set() { mkdir -p "$STAMPS"; printf '%s' "$2" >"$STAMPS/$1"; }
 
 # 1. Debian packages: PortAudio, the ALSA->PulseAudio plugin and a PulseAudio daemon for real audio
-#    devices without a sound card (tests use null sinks).
-DEB_PKGS=(pulseaudio libportaudio2 libasound2-plugins)
+#    devices without a sound card (tests use null sinks); for Pollen's Reachy Mini SDK and daemon,
+#    what PyGObject builds against and the GStreamer bindings the daemon imports, and OSMesa for
+#    MuJoCo's headless rendering.
+DEB_PKGS=(pulseaudio libportaudio2 libasound2-plugins
+  libcairo2-dev libgirepository1.0-dev pkg-config gir1.2-gstreamer-1.0
+  gir1.2-gst-plugins-base-1.0 libosmesa6)
 missing=()
 for p in "${DEB_PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then
@@ -142,6 +146,27 @@ if [[ -n "$R2CLI" ]]; then
   fi
 fi
 
+# 5c. Pollen's Reachy Mini: the SDK client in .venv (--no-deps: requirements/reachy-client.txt says
+#     why) for animation_node's reachy_mini backend, and the daemon with MuJoCo in its own
+#     environment, .venv-reachy (its pins differ from the stack's), for robot:=reachy_mini_sim.
+reachy_hash="$(hash_of requirements/reachy-client.txt)"
+if ! stamp_ok reachy_client "$reachy_hash"; then
+  log "installing Pollen's Reachy Mini SDK client"
+  "$VENV/bin/pip" install -q --no-deps -r requirements/reachy-client.txt \
+    2> >(grep -v "is ignored: it is neither" >&2)
+  stamp_set reachy_client "$reachy_hash"
+fi
+RVENV="$ROOT/.venv-reachy"
+daemon_hash="$(hash_of requirements/reachy-daemon.lock)"
+if ! stamp_ok reachy_daemon "$daemon_hash" || [[ ! -x "$RVENV/bin/reachy-mini-daemon" ]]; then
+  log "installing Pollen's Reachy Mini daemon (MuJoCo) into .venv-reachy (~1 min)"
+  [[ -x "$RVENV/bin/python" ]] || "$PY" -m venv "$RVENV"
+  "$RVENV/bin/pip" install -q --upgrade pip 2> >(grep -v "is ignored: it is neither" >&2)
+  "$RVENV/bin/pip" install -q -r requirements/reachy-daemon.lock \
+    2> >(grep -v "is ignored: it is neither" >&2)
+  stamp_set reachy_daemon "$daemon_hash"
+fi
+
 # 6. Environment hook: DDS stays on this machine. Sourced by .venv/bin/activate and by every
 #    script of the project.
 hook="$VENV/bolt_env.sh"
@@ -155,7 +180,13 @@ export ROS_DOMAIN_ID="\${ROS_DOMAIN_ID:-$domain}"  # random per set-up; tests pi
 export FASTDDS_DEFAULT_PROFILES_FILE="$ROOT/config/dds/fastdds_localhost.xml"
 export RMW_IMPLEMENTATION="\${RMW_IMPLEMENTATION:-rmw_fastrtps_cpp}"
 export BOLT_AGENT_HOME="$ROOT"
+export BOLT_REACHY_DAEMON="\${BOLT_REACHY_DAEMON:-$RVENV/bin/reachy-mini-daemon}"
+export MUJOCO_GL="\${MUJOCO_GL:-osmesa}"     # headless rendering of the simulated robot
 HOOK
+fi
+if ! grep -q 'BOLT_REACHY_DAEMON' "$hook"; then  # a hook written before the Reachy Mini daemon
+  printf 'export BOLT_REACHY_DAEMON="${BOLT_REACHY_DAEMON:-%s}"\nexport MUJOCO_GL="${MUJOCO_GL:-osmesa}"\n' \
+    "$RVENV/bin/reachy-mini-daemon" >>"$hook"
 fi
 if ! grep -q 'bolt_env.sh' "$VENV/bin/activate"; then
   printf '\n# bolt_agent\n. "%s"\n' "$hook" >>"$VENV/bin/activate"

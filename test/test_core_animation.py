@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import socket
 
 import pytest
 import yaml
@@ -18,7 +19,8 @@ from bolt_agent.core.motion.animation import (
     normalise_speed,
 )
 from bolt_agent.core.motion.animation_control import AnimationController
-from bolt_agent.core.motion.robot_backend import RobotUnavailableError, SimRobot, make_backend
+from bolt_agent.core.motion.backends import make_backend
+from bolt_agent.core.motion.robot_backend import RobotUnavailableError, SimRobot
 from bolt_agent.core.paths import config_dir
 
 REQUIRED = ("curious_tilt", "happy_nod", "scan_room", "wave_antenna", "breathing")
@@ -212,7 +214,14 @@ def test_robot_backends():
     assert isinstance(sim, SimRobot) and sim.read_state() == (0.0,) * len(JOINTS)
     sim.send([0.1] * len(JOINTS))
     assert sim.read_state() == (0.1,) * len(JOINTS)
-    with pytest.raises(RobotUnavailableError, match="pip install reachy-mini"):
-        make_backend("reachy_mini").load()  # the SDK is not installed here
+    # nothing listens on a port just freed: a clear refusal, within the connect timeout
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    robot = make_backend("reachy_mini", host="127.0.0.1", port=port, connect_timeout_s=1.0)
+    with pytest.raises(
+        RobotUnavailableError, match=f"cannot connect to the Reachy Mini daemon at 127.0.0.1:{port}"
+    ):
+        robot.load()
     with pytest.raises(RobotUnavailableError, match="unknown robot backend"):
         make_backend("nao")

@@ -29,7 +29,8 @@ from std_msgs.msg import Bool, String
 
 from bolt_agent.core.motion.animation import AnimationLibrary
 from bolt_agent.core.motion.animation_control import AnimationController, Outcome
-from bolt_agent.core.motion.robot_backend import make_backend
+from bolt_agent.core.motion.backends import make_backend
+from bolt_agent.core.motion.robot_link import LinkEvent, RobotLink
 from bolt_agent.nodes import qos
 from bolt_agent.nodes.base import BoltNode
 from bolt_agent.nodes.operator_switch import OperatorSwitch
@@ -62,8 +63,30 @@ class AnimationParams:
     )
     backend: str = param(
         "sim",
-        "robot backend: sim (echoes robot/joint_states) | reachy_mini (SDK hook)",
+        "robot backend: sim (echoes commands as robot/joint_states) | reachy_mini (Pollen's "
+        "SDK: the real robot, or its daemon simulating it in MuJoCo)",
         load_time=True,
+        choices=("sim", "reachy_mini"),
+    )
+    reachy_host: str = param("localhost", "reachy_mini: the daemon's host", load_time=True)
+    reachy_port: int = param(
+        8000, "reachy_mini: the daemon's HTTP/websocket port", load_time=True, low=1, high=65535
+    )
+    connect_timeout_s: float = param(
+        5.0, "reachy_mini: how long one connection attempt waits", load_time=True, low=0.1
+    )
+    reconnect_max_s: float = param(
+        8.0,
+        "longest wait between reconnection attempts once the robot is lost (the first is "
+        "0.5 s, doubling)",
+        load_time=True,
+        low=0.1,
+    )
+    wake_up_on_start: bool = param(
+        False, "reachy_mini: play the robot's wake-up motion once connected", load_time=True
+    )
+    sleep_on_stop: bool = param(
+        False, "reachy_mini: put the robot in its resting pose when the node stops", load_time=True
     )
     idle_animation: str = param(
         "breathing",
@@ -88,15 +111,23 @@ class AnimationNode(BoltNode):
         super().__init__("animation_node", **node_kwargs)
         p = self.params
         library = AnimationLibrary.load(p.animations_file or None)
+        options = {"host": p.reachy_host, "port": p.reachy_port}
+        self.backend = make_backend(
+            p.backend,
+            library.neutral(),
+            **(options | {"connect_timeout_s": p.connect_timeout_s} if p.backend != "sim" else {}),
+        )
         self.controller = AnimationController(
             library,
             rate_hz=p.rate_hz,
             policy=p.policy,
             idle_animation=p.idle_animation,
             idle_after_s=p.idle_after_s,
+            problem=self.backend.problem,
         )
-        self.backend = make_backend(p.backend, self.controller.pose)
-        self.backend.load()
+        for name, why in self.controller.refused.items():
+            self.get_logger().error(f"animation {name!r} refused: {why}")
+        self.link = RobotLink(self.backend, max_retry_s=p.reconnect_max_s)
         self._feedback_every = max(1, round(p.rate_hz / max(p.feedback_rate_hz, 0.1)))
         self._ticks = 0
         self._goals: dict[str, _Goal] = {}
@@ -158,12 +189,22 @@ class AnimationNode(BoltNode):
 
     def _tick(self) -> None:
         stamp = self.get_clock().now().to_msg()  # taken before the step: see docs (override)
+        if not self.link.connected:
+            self._link_changed(self.link.connect())
+            for outcome in self.controller.take_outcomes():  # goals the loss aborted
+                self._complete(outcome)
+            if not self.link.connected:
+                return
         result = self.controller.step()
+        lost = None
         if result.command is not None:
             cmd = result.command
-            self.backend.send(cmd.positions)
+            lost = self.link.send(cmd.positions)
             self.cmd_pub.publish(self._joint_state(cmd.positions, stamp, cmd.origin))
-        self.state_pub.publish(self._joint_state(self.backend.read_state(), stamp, ""))
+        measured, lost_reading = self.link.read_state()
+        if measured is not None:  # what the robot measures, never the last command
+            self.state_pub.publish(self._joint_state(measured, stamp, ""))
+        self._link_changed(lost or lost_reading)
         for goal_id in result.started:
             self._start_execute(goal_id)
         self._ticks += 1
@@ -174,6 +215,29 @@ class AnimationNode(BoltNode):
                     goal.handle.publish_feedback(PlayAnimation.Feedback(progress=float(progress)))
         for outcome in result.finished:
             self._complete(outcome)
+
+    def _link_changed(self, event: LinkEvent | None) -> None:
+        """The robot went away (goals abort with the reason, ERROR until it is back) or came
+        back (motion resumes from the pose it measures)."""
+        if event is None:
+            return
+        if event.lost:
+            message = f"robot unavailable: {event.reason}; reconnecting"
+            self.controller.robot_lost(event.reason)
+            self.record_failure("robot_lost", message)
+            self.status("ERROR", message)
+            self._event("robot_lost", reason=event.reason)
+            return
+        pose = event.pose
+        if self.params.wake_up_on_start and self.link.losses == 0:
+            try:
+                self.backend.wake_up()
+                pose, _ = self.link.read_state()
+            except Exception as exc:  # the motion is a nicety: the link itself works
+                self.record_failure("wake_up", f"wake-up motion failed: {exc!r}")
+        self.controller.robot_back(pose)
+        self.status("OK", f"robot connected: {self.backend.where}")
+        self._event("robot_connected", where=self.backend.where)
 
     def _joint_state(self, positions, stamp, origin: str) -> JointState:
         msg = JointState(
@@ -287,7 +351,10 @@ class AnimationNode(BoltNode):
         with self._goals_lock:
             goals = len(self._goals)
         return {
-            "device": f"robot backend {p.backend}",
+            "device": f"robot backend {p.backend} ({self.backend.where})",
+            "robot_connected": self.link.connected,
+            "robot_losses": self.link.losses,
+            "robot_unavailable": "" if self.link.connected else self.link.reason,
             "animations": len(self.controller.lib.animations),
             "playing": f"{active[1]} ({active[2]})" if active else "",
             "override": self.controller.override,
@@ -299,6 +366,11 @@ class AnimationNode(BoltNode):
         self._stop.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=2.0)
+        if self.params.sleep_on_stop and self.link.connected:
+            try:
+                self.backend.goto_sleep()
+            except Exception as exc:
+                self.get_logger().warning(f"resting pose at stop failed: {exc!r}")
         self.backend.close()
         super().destroy_node()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import count
 from typing import NamedTuple
@@ -77,6 +78,7 @@ class AnimationController:
         idle_animation: str = "",
         idle_after_s: float = 3.0,
         start_pose: tuple[float, ...] | None = None,
+        problem: Callable[[tuple[float, ...]], str | None] | None = None,
     ):
         if policy not in POLICIES:
             raise ValueError(f"policy {policy!r} not in {POLICIES}")
@@ -98,6 +100,28 @@ class AnimationController:
         self._outcomes: list[Outcome] = []
         self._quiet_steps = 0
         self._seq = count()
+        #: why a pose is beyond the robot (cross-joint limits the per-joint ranges miss)
+        self.problem = problem or (lambda _pose: None)
+        #: animations the robot cannot play, with why (refused as goals, never started)
+        self.refused = {
+            name: why
+            for name, anim in library.animations.items()
+            if (why := self._keyframes_problem(anim)) is not None
+        }
+        if idle_animation in self.refused:
+            raise ValueError(f"idle animation {idle_animation!r}: {self.refused[idle_animation]}")
+        self.robot_reason = ""  # why the robot is unavailable ('' while it is there)
+
+    def _keyframes_problem(self, anim) -> str | None:
+        """The first keyframe pose of ``anim`` the robot cannot take (from the neutral pose;
+        interpolation between two poses within the limits stays within them)."""
+        pose = dict(zip(self.lib.joints, self.lib.neutral(), strict=True))
+        for i, kf in enumerate(anim.keyframes):
+            pose.update(kf.positions)
+            why = self.problem(self.lib.clamp_pose(tuple(pose[j] for j in self.lib.joints)))
+            if why is not None:
+                return f"keyframe {i + 1}: {why}"
+        return None
 
     # -- requests -------------------------------------------------------------------------------
     def check(self, name: str, speed: float = 1.0, source: str = "") -> Decision:
@@ -111,6 +135,10 @@ class AnimationController:
                 return Decision(False, f"unknown animation {name!r} (known: {known})")
             if not math.isfinite(speed) or speed < 0:  # NaN would pass every comparison
                 return Decision(False, f"speed must be a finite number >= 0, got {speed}")
+            if name in self.refused:
+                return Decision(False, f"{name!r} is beyond the robot: {self.refused[name]}")
+            if self.robot_reason:
+                return Decision(False, f"robot unavailable: {self.robot_reason}")
             if origin == "llm" and self.override:
                 return Decision(False, "teleop override is active: llm motion goals are held")
             running = self._running_rank()
@@ -154,6 +182,11 @@ class AnimationController:
                 return Decision(False, f"non-finite joint positions {bad}")
             base = self._teleop_target or self.pose
             target = tuple(positions.get(j, b) for j, b in zip(self.lib.joints, base, strict=True))
+            if self.robot_reason:
+                return Decision(False, f"robot unavailable: {self.robot_reason}")
+            why = self.problem(self.lib.clamp_pose(target))
+            if why is not None:
+                return Decision(False, why)
             if self._active is not None:
                 self._finish(self._active, "aborted", "preempted by a teleop joint command")
                 self._active = None
@@ -186,6 +219,27 @@ class AnimationController:
             for m in [m for m in self._queue if m.origin in ("llm", "idle")]:
                 self._queue.remove(m)
                 self._finish(m, "aborted", "canceled by teleop override")
+
+    def robot_lost(self, reason: str) -> None:
+        """The robot went away: every goal running or queued ends aborted with the reason, the
+        operator's target is dropped, and new goals are refused until ``robot_back``."""
+        with self._lock:
+            self.robot_reason = reason or "the robot stopped answering"
+            why = f"robot unavailable: {self.robot_reason}"
+            if self._active is not None:
+                self._finish(self._active, "aborted", why)
+                self._active = None
+            for m in self._queue:
+                self._finish(m, "aborted", why)
+            self._queue.clear()
+            self._teleop_target = None
+
+    def robot_back(self, pose: tuple[float, ...] | None) -> None:
+        """The robot is there again: motion starts from where it measures itself."""
+        with self._lock:
+            self.robot_reason = ""
+            if pose is not None:
+                self.pose = self.lib.clamp_pose(tuple(pose))
 
     # -- stepping -------------------------------------------------------------------------------
     def step(self) -> StepResult:
@@ -247,7 +301,15 @@ class AnimationController:
             return None  # idle always yields
         return RANK[self._active.origin]
 
+    def take_outcomes(self) -> list[Outcome]:
+        """Goal outcomes not yet returned by ``step`` (while the robot is lost, nothing steps)."""
+        with self._lock:
+            outcomes, self._outcomes = self._outcomes, []
+            return outcomes
+
     def _maybe_start_idle(self) -> None:
+        if self.robot_reason:
+            return
         if self.idle_animation and not self.override and self._quiet_steps >= self._idle_after:
             self._active = _Motion(
                 f"idle-{next(self._seq)}", self.idle_animation, "idle", 1.0, next(self._seq)
