@@ -95,6 +95,11 @@ def test_bench_quick(tmp_path):
     assert peer["settings"]["max_tokens"] == 48 and peer["settings"]["peer"]
     md = out.with_suffix(".md").read_text()
     assert "| turn-taking | ours | pipecat |" in md and "ours ÷ pipecat" in md
+    # Reachy Mini's control path against Pollen's simulated robot (5 s in --quick)
+    robot = data["reachy_mini"]
+    assert "skipped" not in robot, robot
+    assert robot["steps_measured"] >= 3 and 0 < robot["latency_p50_s"] <= robot["latency_p90_s"] < 1
+    assert 0 < robot["loop_cpu_share"] < 1 and robot["periods"] >= 0.8 * robot["periods_expected"]
 
 
 def test_answer_path_runs_the_variants_interleaved_and_reports_ratios(tmp_path):

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
 
 import pytest
 import yaml
 
 from bolt_agent.stack import launch_builder
 from bolt_agent.stack.spec import StackSpec, effective_params, load_params
-from support.launch import Launch, cmdline, running
+from support.launch import Launch, assert_nothing_survives, cmdline
 
 #: names a namespaced node may still use outside its namespace (ROS-wide by convention)
 GLOBAL_NAMES = {"/rosout", "/parameter_events", "/clock", "/diagnostics"}
@@ -47,13 +46,6 @@ def param_get(launch: Launch, node: str, name: str, timeout: float = 60.0) -> st
 
     launch.wait_for(answered, timeout, f"`ros2 param get {node} {name}` (last: {out})")
     return out[0].strip()
-
-
-def assert_nothing_survives(launch: Launch) -> None:
-    deadline = time.monotonic() + 10
-    while (left := {p for p in launch.seen if running(p)}) and time.monotonic() < deadline:
-        time.sleep(0.1)  # orphans would be reparented and keep running: give exits a moment
-    assert not left, {p: cmdline(p) for p in left}
 
 
 def test_params_file_namespace_sim_time_and_log_level(launch, tmp_path, unique_ns):

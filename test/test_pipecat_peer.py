@@ -5,6 +5,13 @@ our loop, as ``bolt-agent bench`` runs it)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 
 from bolt_agent.benchmarks.pipecat_peer import PEER_DEFAULTS, _stamp, stack_settings
@@ -78,3 +85,34 @@ def test_events_to_turn_traces_the_heard_answer_back():
     judge(out, robot_before_end=False)
     assert out.split_by == ["final_before_end", "several_finals"]
     assert out.endpoint_delay_s == pytest.approx(0.4)
+
+
+def test_the_peers_llm_server_ends_with_the_peer_however_the_peer_ends(tmp_path):
+    """An interrupted `bolt-agent bench` once left the peer's llama_cpp.server running: the
+    server now dies with the process that started it, even when that one is SIGKILLed (its
+    ``finally`` never runs)."""
+    script = tmp_path / "peer_parent.py"
+    script.write_text(
+        "import sys, time\n"
+        "from bolt_agent.benchmarks.pipecat_peer import stack_settings, start_llm_server\n"
+        "proc, url = start_llm_server(stack_settings(), sys.stderr)\n"
+        "print(proc.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        server = int(parent.stdout.readline())
+        assert Path(f"/proc/{server}").exists()
+        parent.kill()  # SIGKILL: no cleanup of its own
+        parent.wait()
+        deadline = time.monotonic() + 15
+        while Path(f"/proc/{server}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)  # another process's exit: no event to wait on
+        stat = Path(f"/proc/{server}/stat")
+        assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    finally:
+        if parent.poll() is None:
+            os.killpg(parent.pid, signal.SIGKILL)
+            parent.wait()

@@ -24,6 +24,7 @@ from bolt_agent.core.motion.animation import JOINTS, AnimationLibrary
 from bolt_agent.core.motion.reachy_daemon import ReachyDaemon
 from support.animation_dds import AnimationRig, start_animation_node
 from support.diagnostics import Diagnostics
+from support.launch import assert_nothing_survives
 from support.ros_helpers import ros_node, spin_until
 
 pytestmark = pytest.mark.slow
@@ -242,3 +243,26 @@ def test_a_daemon_killed_mid_goal_aborts_it_and_the_node_recovers(
             assert int(diag.get("animation_node")[2]["robot_losses"]) == 1
         finally:
             again.stop()
+
+
+def test_launch_starts_the_simulated_robot_and_stops_it_with_everything_else(launch, unique_ns):
+    """`robot:=reachy_mini_sim`: Pollen's daemon starts beside animation_node on loopback, the
+    node connects to it, and Ctrl-C to the launch leaves no process behind (the daemon's
+    MuJoCo process group included)."""
+    port = free_port()
+    stack = launch(
+        "robot:=reachy_mini_sim", f"reachy_port:={port}", f"namespace:={unique_ns}",
+        "llm:=false", "asr:=false", "tts:=false", "perception:=false",
+    )  # fmt: skip
+    with ros_node("reachy_probe") as (node, ex):
+        diag = Diagnostics(node, unique_ns)
+        try:
+            diag.wait(ex, "animation_node", lambda lvl, msg, v: v["robot_connected"] == "true", 90)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{stack.log()}") from None
+        sim = ReachyDaemon(port)
+        assert sim.ready()  # answering on 127.0.0.1:port
+        stack.children()
+    assert stack.stop() == 0, stack.log()
+    assert_nothing_survives(stack)
+    assert not ReachyDaemon(port).ready()

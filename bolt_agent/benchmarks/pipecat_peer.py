@@ -42,6 +42,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from bolt_agent.core.processes import die_with_parent
+
 #: what the peer runs with that differs from our stack (besides the pipeline itself)
 PEER_DEFAULTS: dict[str, Any] = {
     "threads": "the same as the benchmark's stack (effective_params: llm n_threads / "
@@ -155,7 +157,9 @@ def start_llm_server(cfg: dict[str, Any], log) -> tuple[subprocess.Popen, str]:
     ]  # fmt: skip
     if cfg.get("chat_format"):
         args += ["--chat_format", cfg["chat_format"]]
-    proc = subprocess.Popen(args, stdout=log, stderr=log, start_new_session=True)
+    # in the peer's process group (stopped with it) and gone with the peer however it ends: an
+    # interrupted bench once left this server running
+    proc = subprocess.Popen(args, stdout=log, stderr=log, preexec_fn=die_with_parent)
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

@@ -38,6 +38,7 @@ import numpy as np
 from bolt_agent.benchmarks.audio_procs import RATE, read_recording
 from bolt_agent.benchmarks.page_cache import evict_stack_files
 from bolt_agent.benchmarks.pulse import start_bench_pulse
+from bolt_agent.core.processes import die_with_parent, stop_group
 
 THRESHOLD = 0.01  # |x| above this is "non-silent" (as test/audio_fixtures)
 LEAD_S = 0.3
@@ -195,7 +196,8 @@ class _Proc:
             stderr=self._log,
             env={**os.environ, **env},
             text=True,
-            start_new_session=True,
+            start_new_session=True,  # Ctrl-C reaches the orchestrator, which stops them in order
+            preexec_fn=die_with_parent,  # and none outlives it, however it ends
         )
         self._lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
@@ -239,14 +241,18 @@ class _Proc:
         return line
 
     def stop(self, timeout: float = 20.0) -> None:
-        if self.proc.poll() is None:
-            try:
-                self.send("quit")
-                self.proc.wait(timeout)
-            except (BrokenPipeError, subprocess.TimeoutExpired, OSError):
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
+        """Ask it to quit; past ``timeout`` (or a second Ctrl-C) stop its whole process group,
+        children included (the peer's llama_cpp.server)."""
+        try:
+            if self.proc.poll() is None:
+                try:
+                    self.send("quit")
+                    self.proc.wait(timeout)
+                except (BrokenPipeError, subprocess.TimeoutExpired, OSError):
+                    pass
+        finally:
+            stop_group(self.proc, timeout=5.0)
+            self._log.close()
 
 
 class Listener:

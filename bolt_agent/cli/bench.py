@@ -196,6 +196,12 @@ def run_bench(args) -> int:
         result["asr_rtf"] = sp["asr"]["rtf"]["ours"]
         result["tts_rtf"] = sp["tts_rtf"]
         result["tts_first_audio_s"] = sp["tts"]["first_audio_s"]["ours"]
+    from bolt_agent.benchmarks import reachy_latency
+
+    print("Reachy Mini's control path against Pollen's simulated robot…")
+    robot = reachy_latency.run(seconds=5.0 if args.quick else 20.0)
+    print(reachy_latency.table(robot))
+    result["reachy_mini"] = robot
     spec = Path("speculative_bench.json")
     for cand in (spec, out.parent / "speculative_bench.json", Path("bench/speculative_bench.json")):
         if cand.exists():

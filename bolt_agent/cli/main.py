@@ -18,6 +18,7 @@ VERB_MODULES = (
     "bolt_agent.cli.bench",
     "bolt_agent.cli.eval",
     "bolt_agent.cli.jetson_plan",
+    "bolt_agent.cli.reachy_sim",
 )
 
 

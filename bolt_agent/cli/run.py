@@ -7,6 +7,7 @@ real microphone and speaker (PortAudio). Ctrl-C shuts everything down cleanly.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -16,11 +17,24 @@ from rich.console import Console
 from std_msgs.msg import String
 
 from bolt_agent.core.llm.profile import profile_path
+from bolt_agent.core.motion.reachy_daemon import ReachyDaemon
 from bolt_agent.nodes.console_monitor import ConsoleMonitor
 from bolt_agent.nodes.qos import RELIABLE
 from bolt_agent.nodes.scripted_user import ScriptedUser
+from bolt_agent.stack import table
 from bolt_agent.stack.session import StackSession
 from bolt_agent.stack.spec import StackSpec
+
+
+@contextlib.contextmanager
+def robot_daemon(robot: str):
+    """Pollen's simulated Reachy Mini for ``--robot reachy_mini_sim`` (stopped on exit, Ctrl-C
+    too); None for the other robots."""
+    if robot != "reachy_mini_sim":
+        yield None
+        return
+    with ReachyDaemon(int(table.defaults()["reachy_port"])) as daemon:
+        yield daemon
 
 
 def demo_lines(profile: str) -> list[str]:
@@ -30,9 +44,11 @@ def demo_lines(profile: str) -> list[str]:
 
 def run_stack(args) -> int:
     console = Console(highlight=False)
-    spec = StackSpec(profile=args.profile, sim=not args.device)
+    spec = StackSpec(profile=args.profile, sim=not args.device, args={"robot": args.robot})
     stop, rc = threading.Event(), 0
-    with StackSession(spec) as session:
+    with robot_daemon(args.robot) as daemon, StackSession(spec) as session:
+        if daemon is not None:
+            console.print(f"[dim]Reachy Mini simulated in MuJoCo at {daemon.url}[/]")
         try:
             with console.status("loading models…") as status:
                 session.build()
@@ -109,4 +125,11 @@ def add_parser(sub) -> None:
     p.add_argument("--text", action="store_true", help="type to the robot instead")
     p.add_argument("--device", action="store_true", help="real microphone and speaker")
     p.add_argument("--turns", type=int, default=0, help="demo turns to run (0 = all)")
+    p.add_argument(
+        "--robot",
+        default="sim",
+        choices=table.ROBOTS,
+        help="sim (an ideal robot) | reachy_mini (a running daemon) | reachy_mini_sim (starts "
+        "Pollen's daemon in MuJoCo on loopback)",
+    )
     p.set_defaults(func=run_stack)

@@ -68,6 +68,14 @@ def _actions(context, only):
             actions.append(LifecycleNode(arguments=exit_flag, **common))
         else:
             actions.append(Node(**common))
+    if args["robot"].strip() == "reachy_mini_sim" and (only is None or "animation_node" in only):
+        # Pollen's daemon in MuJoCo; the node connects once it answers (and stops with launch)
+        cmd = [ExecutableInPackage("bolt-agent", PACKAGE), "reachy-sim", "--port"]
+        actions.append(
+            ExecuteProcess(
+                cmd=[*cmd, args["reachy_port"]], output="screen", name="reachy_mini_daemon"
+            )
+        )
     if args["bag"] and only is None:
         # `bolt-agent` from the package's lib/ (not on PATH in a colcon install)
         cmd = [ExecutableInPackage("bolt-agent", PACKAGE), "bag", "play", args["bag"]]

@@ -12,6 +12,7 @@ A node runs when its switch argument is true; ``sim`` (or ``use_mic:=false`` /
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,14 @@ ARGUMENTS: dict[str, tuple[str, str]] = {
     "asr_model": ("", "ASR model name or CTranslate2 directory"),
     "tts_model": ("", "Piper voice name or .onnx path"),
     "n_gpu_layers": ("0", "LLM layers on the GPU (-1 = all, Jetson)"),
+    "robot": (
+        "sim",
+        "sim (an ideal robot in the process) | reachy_mini (Pollen's daemon already running: the "
+        "real robot) | reachy_mini_sim (starts Pollen's daemon in MuJoCo on loopback, stopped "
+        "with the launch)",
+    ),
+    "reachy_host": ("localhost", "robot reachy_mini: the daemon's host"),
+    "reachy_port": ("8000", "robot reachy_mini / reachy_mini_sim: the daemon's port"),
     "llm": ("true", "start llm_node"),
     "asr": ("true", "start asr_node"),
     "tts": ("true", "start tts_node"),
@@ -64,6 +73,8 @@ class NodeEntry:
     #: with ``sim``/``bag``, or when the device argument (if any, e.g. ``use_mic``) is false
     sim_params: tuple[tuple[str, str, str], ...] = ()
     auto_profiles: tuple[str, ...] = ()  # switch "auto": on with these profiles
+    #: parameters computed from several arguments (e.g. the robot backend from ``robot``)
+    derive: Callable[[dict[str, str]], dict[str, Any]] | None = None
 
     @property
     def executable(self) -> str:
@@ -79,9 +90,23 @@ class NodeEntry:
         return f"params/{self.name}.yaml"
 
 
+ROBOTS = ("sim", "reachy_mini", "reachy_mini_sim")
+
+
+def robot_params(args: dict[str, str]) -> dict[str, Any]:
+    """animation_node's backend from ``robot``: the simulated daemon always on loopback."""
+    robot = args["robot"].strip()
+    if robot not in ROBOTS:
+        raise ValueError(f"robot must be one of {', '.join(ROBOTS)}, not {robot!r}")
+    if robot == "sim":
+        return {"backend": "sim"}
+    host = "127.0.0.1" if robot == "reachy_mini_sim" else args["reachy_host"]
+    return {"backend": "reachy_mini", "reachy_host": host, "reachy_port": int(args["reachy_port"])}
+
+
 #: every node, in bring-up order (cheap nodes first, the LLM last: its load is the longest)
 NODES: tuple[NodeEntry, ...] = (
-    NodeEntry("animation_node", "AnimationNode", "animation", False),
+    NodeEntry("animation_node", "AnimationNode", "animation", False, derive=robot_params),
     NodeEntry(
         "game_state_node", "GameStateNode", "game_state", False, auto_profiles=("blacksmith_npc",)
     ),
@@ -155,6 +180,8 @@ def node_params(entry: NodeEntry, args: dict[str, str]) -> dict[str, Any]:
         if value == "":
             continue  # empty argument: the parameter file decides
         params[param] = int(value) if param in _INT_PARAMS else value
+    if entry.derive is not None:
+        params.update(entry.derive(args))
     sim = is_sim(args)
     for param, value, device_arg in entry.sim_params:
         if sim or (device_arg and not truthy(args[device_arg])):

@@ -123,3 +123,10 @@ class Launch:
                 os.kill(pid, signal.SIGKILL)
         if not self._log.closed:
             self._log.close()
+
+
+def assert_nothing_survives(launch: Launch) -> None:
+    deadline = time.monotonic() + 10
+    while (left := {p for p in launch.seen if running(p)}) and time.monotonic() < deadline:
+        time.sleep(0.1)  # orphans would be reparented and keep running: give exits a moment
+    assert not left, {p: cmdline(p) for p in left}

@@ -18,10 +18,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import threading
 import time
+
+from bolt_agent.core.processes import die_with_parent
 
 
 class PulseRouteError(RuntimeError):
@@ -54,7 +55,7 @@ class PulseRoute:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 text=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         except OSError:
             return False
@@ -134,13 +135,3 @@ class PulseRoute:
         if elsewhere:
             return f"stream moved from PulseAudio sink {self.sink!r} to {elsewhere[0]!r}"
         return None
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: end ``pactl subscribe`` with its parent (even on ``kill -9``)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux/glibc: it ends at its next write instead
-        pass

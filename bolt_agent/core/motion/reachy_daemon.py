@@ -10,7 +10,6 @@ on ``PATH``.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -21,6 +20,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from bolt_agent.core.processes import die_with_parent, stop_group
 
 
 class DaemonError(RuntimeError):
@@ -87,6 +88,7 @@ class ReachyDaemon:
             stdin=subprocess.DEVNULL,
             env=env,
             start_new_session=True,  # its own group: stopped whole, never left behind
+            preexec_fn=die_with_parent,  # and gone with its parent, however that ends
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -134,19 +136,8 @@ class ReachyDaemon:
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGINT the group (the daemon's clean stop), SIGKILL what is left after ``timeout``."""
-        proc = self.proc
-        if proc is not None and proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGINT)
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            except ProcessLookupError:
-                pass
-        if proc is not None:  # children that outlived the daemon itself
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+        if self.proc is not None:
+            stop_group(self.proc, timeout, first=signal.SIGINT)
         if self._log not in (None, subprocess.DEVNULL):
             self._log.close()
         self._log = None
