@@ -8,7 +8,7 @@ setup:
 	@bash scripts/bootstrap.sh
 
 run: setup
-	@$(ACT) && bolt-agent run --sim
+	@$(ACT) && bolt-agent run --sim --robot reachy_mini_sim --record run_out/reachy_mini.gif
 
 test: setup
 	@$(ACT) && bash scripts/test.sh

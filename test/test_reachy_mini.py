@@ -21,7 +21,7 @@ import pytest
 from sensor_msgs.msg import JointState
 
 from bolt_agent.core.motion.animation import JOINTS, AnimationLibrary
-from bolt_agent.core.motion.reachy_daemon import ReachyDaemon
+from bolt_agent.core.motion.reachy_daemon import ReachyDaemon, ReachyRecorder
 from support.animation_dds import AnimationRig, start_animation_node
 from support.diagnostics import Diagnostics
 from support.launch import assert_nothing_survives
@@ -266,3 +266,27 @@ def test_launch_starts_the_simulated_robot_and_stops_it_with_everything_else(lau
     assert stack.stop() == 0, stack.log()
     assert_nothing_survives(stack)
     assert not ReachyDaemon(port).ready()
+
+
+def test_the_recorder_renders_the_poses_the_robot_took(node_process, unique_ns, daemon, tmp_path):
+    """`--record`: Pollen's model rendered by MuJoCo in the poses the daemon measured: frames
+    taken while the robot nods differ from one another."""
+    from PIL import Image
+
+    gif = tmp_path / "nod.gif"
+    start_node(node_process, unique_ns, daemon.port)
+    with ros_node("reachy_probe") as (node, ex):
+        rig = AnimationRig(node, ex, unique_ns)
+        rig.wait_ready(60)
+        recorder = ReachyRecorder(daemon.port, gif, fps=8).start()
+        handle = rig.send("wave_antenna")
+        assert handle.accepted and rig.result(handle).result.success
+        said = recorder.finish(timeout=120)
+    assert "wrote" in said, said
+    with Image.open(gif) as im:
+        assert im.n_frames >= 8 and im.size == (320, 240)
+        frames = []
+        for k in range(im.n_frames):
+            im.seek(k)
+            frames.append(im.convert("L").tobytes())
+    assert len(set(frames)) >= 4  # the antennas moved between frames

@@ -11,13 +11,14 @@ import contextlib
 import sys
 import threading
 import time
+from pathlib import Path
 
 import yaml
 from rich.console import Console
 from std_msgs.msg import String
 
 from bolt_agent.core.llm.profile import profile_path
-from bolt_agent.core.motion.reachy_daemon import ReachyDaemon
+from bolt_agent.core.motion.reachy_daemon import ReachyDaemon, ReachyRecorder
 from bolt_agent.nodes.console_monitor import ConsoleMonitor
 from bolt_agent.nodes.qos import RELIABLE
 from bolt_agent.nodes.scripted_user import ScriptedUser
@@ -27,14 +28,20 @@ from bolt_agent.stack.spec import StackSpec
 
 
 @contextlib.contextmanager
-def robot_daemon(robot: str):
+def robot_daemon(robot: str, record: str, console: Console):
     """Pollen's simulated Reachy Mini for ``--robot reachy_mini_sim`` (stopped on exit, Ctrl-C
-    too); None for the other robots."""
+    too), and with ``record`` a GIF of it rendered at the end; None for the other robots."""
     if robot != "reachy_mini_sim":
         yield None
         return
     with ReachyDaemon(int(table.defaults()["reachy_port"])) as daemon:
-        yield daemon
+        recorder = ReachyRecorder(daemon.port, Path(record)).start() if record else None
+        try:
+            yield daemon
+        finally:
+            if recorder is not None:
+                console.print(f"[dim]rendering {record} with MuJoCo…[/]")
+                console.print(f"[dim]{recorder.finish()}[/]")
 
 
 def demo_lines(profile: str) -> list[str]:
@@ -46,7 +53,10 @@ def run_stack(args) -> int:
     console = Console(highlight=False)
     spec = StackSpec(profile=args.profile, sim=not args.device, args={"robot": args.robot})
     stop, rc = threading.Event(), 0
-    with robot_daemon(args.robot) as daemon, StackSession(spec) as session:
+    if args.record and args.robot != "reachy_mini_sim":
+        console.print("[red]--record needs --robot reachy_mini_sim[/] (it renders Pollen's model)")
+        return 2
+    with robot_daemon(args.robot, args.record, console) as daemon, StackSession(spec) as session:
         if daemon is not None:
             console.print(f"[dim]Reachy Mini simulated in MuJoCo at {daemon.url}[/]")
         try:
@@ -131,5 +141,11 @@ def add_parser(sub) -> None:
         choices=table.ROBOTS,
         help="sim (an ideal robot) | reachy_mini (a running daemon) | reachy_mini_sim (starts "
         "Pollen's daemon in MuJoCo on loopback)",
+    )
+    p.add_argument(
+        "--record",
+        default="",
+        metavar="FILE.gif",
+        help="with --robot reachy_mini_sim: a GIF of the simulated robot through the run",
     )
     p.set_defaults(func=run_stack)

@@ -147,3 +147,44 @@ class ReachyDaemon:
 
     def __exit__(self, *_exc: object) -> None:
         self.stop()
+
+
+class ReachyRecorder:
+    """``reachy_recorder.py`` beside a simulated robot: samples it from ``start`` to ``finish``,
+    then renders the GIF. It runs under the daemon's interpreter (SDK, MuJoCo, Pillow)."""
+
+    def __init__(self, port: int, out: Path, fps: float = 8.0) -> None:
+        self.port, self.out, self.fps = port, Path(out), fps
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> ReachyRecorder:
+        python = Path(daemon_executable()).with_name("python")
+        if not python.exists():
+            raise DaemonError(f"no Python beside the daemon ({python}) to record with")
+        script = Path(__file__).with_name("reachy_recorder.py")
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [str(python), str(script), "--port", str(self.port), "--out", str(self.out),
+             "--fps", str(self.fps)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )  # fmt: skip
+        return self
+
+    def finish(self, timeout: float = 180.0) -> str:
+        """Stop sampling, wait for the GIF; what the recorder said."""
+        proc = self.proc
+        if proc is None:
+            return ""
+        try:
+            out, _ = proc.communicate(input="", timeout=timeout)
+        except subprocess.TimeoutExpired:
+            stop_group(proc, 1.0)
+            raise DaemonError(f"rendering {self.out} took longer than {timeout:.0f} s") from None
+        if proc.returncode != 0:
+            raise DaemonError(f"recording {self.out} failed:\n{out[-2000:]}")
+        return out.strip()
