@@ -28,20 +28,28 @@ from bolt_agent.stack.spec import StackSpec
 
 
 @contextlib.contextmanager
-def robot_daemon(robot: str, record: str, console: Console):
+def robot_daemon(robot: str):
     """Pollen's simulated Reachy Mini for ``--robot reachy_mini_sim`` (stopped on exit, Ctrl-C
-    too), and with ``record`` a GIF of it rendered at the end; None for the other robots."""
+    too); None for the other robots."""
     if robot != "reachy_mini_sim":
         yield None
         return
     with ReachyDaemon(int(table.defaults()["reachy_port"])) as daemon:
-        recorder = ReachyRecorder(daemon.port, Path(record)).start() if record else None
-        try:
-            yield daemon
-        finally:
-            if recorder is not None:
-                console.print(f"[dim]rendering {record} with MuJoCo…[/]")
-                console.print(f"[dim]{recorder.finish()}[/]")
+        yield daemon
+
+
+@contextlib.contextmanager
+def recording(daemon: ReachyDaemon | None, record: str, console: Console):
+    """With ``record``: the simulated robot sampled from here to the end, then rendered."""
+    if daemon is None or not record:
+        yield
+        return
+    recorder = ReachyRecorder(daemon.port, Path(record)).start()
+    try:
+        yield
+    finally:
+        console.print(f"[dim]rendering {record} with MuJoCo…[/]")
+        console.print(f"[dim]{recorder.finish()}[/]")
 
 
 def demo_lines(profile: str) -> list[str]:
@@ -56,7 +64,7 @@ def run_stack(args) -> int:
     if args.record and args.robot != "reachy_mini_sim":
         console.print("[red]--record needs --robot reachy_mini_sim[/] (it renders Pollen's model)")
         return 2
-    with robot_daemon(args.robot, args.record, console) as daemon, StackSession(spec) as session:
+    with robot_daemon(args.robot) as daemon, StackSession(spec) as session:
         if daemon is not None:
             console.print(f"[dim]Reachy Mini simulated in MuJoCo at {daemon.url}[/]")
         try:
@@ -83,12 +91,13 @@ def run_stack(args) -> int:
                 f"[bold]bolt_agent running[/] profile={spec.profile} "
                 f"{'sim' if spec.sim else 'devices'} — Ctrl-C to stop"
             )
-            if args.text:
-                rc = _repl(monitor, monitor, console, stop)
-            elif user:
-                rc = _demo(user, demo_lines(spec.profile)[: args.turns or None], console, stop)
-            else:
-                threading.Event().wait()  # devices: run until Ctrl-C
+            with recording(daemon, args.record, console):  # the conversation, not the loading
+                if args.text:
+                    rc = _repl(monitor, monitor, console, stop)
+                elif user:
+                    rc = _demo(user, demo_lines(spec.profile)[: args.turns or None], console, stop)
+                else:
+                    threading.Event().wait()  # devices: run until Ctrl-C
         except KeyboardInterrupt:
             console.print("\n[dim]stopping…[/]")
         finally:

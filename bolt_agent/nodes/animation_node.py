@@ -2,8 +2,10 @@
 
 Logic lives in ``core.motion.animation_control.AnimationController``; this node wires it to ROS.
 A dedicated control thread (absolute schedule, no drift, independent of the executor) steps the
-controller and publishes ``robot/joint_commands`` (JointState, ``header.frame_id`` = origin:
-llm | teleop | idle) and the robot's ``robot/joint_states``. Goal decisions and outcomes are
+controller, sends its commands through a ``RobotLink`` (the backend and its connection: lost,
+why, reconnect) and publishes ``robot/joint_commands`` (JointState, ``header.frame_id`` =
+origin: llm | teleop | idle) and ``robot/joint_states``, what the robot measures. A lost robot
+aborts the goals with the reason and turns ``/diagnostics`` ERROR. Goal decisions and outcomes are
 logged and published as JSON on ``animation/events``; the override state is latched on
 ``teleop/override_state``.
 
@@ -351,7 +353,8 @@ class AnimationNode(BoltNode):
         with self._goals_lock:
             goals = len(self._goals)
         return {
-            "device": f"robot backend {p.backend} ({self.backend.where})",
+            "device": f"robot backend {p.backend}"
+            + (f" ({self.backend.where})" if p.backend != "sim" else ""),
             "robot_connected": self.link.connected,
             "robot_losses": self.link.losses,
             "robot_unavailable": "" if self.link.connected else self.link.reason,

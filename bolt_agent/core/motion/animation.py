@@ -16,7 +16,20 @@ import yaml
 
 from bolt_agent.core.paths import config_dir
 
-JOINTS = ("head_roll", "head_pitch", "head_yaw", "body_yaw", "left_antenna", "right_antenna")
+#: Reachy Mini's degrees of freedom: the head's orientation (radians), the body's yaw and the
+#: antennas (radians), then the head's translation (metres, Stewart platform); the translation
+#: comes last so that a joint command naming no joints keeps addressing the first ones
+JOINTS = (
+    "head_roll",
+    "head_pitch",
+    "head_yaw",
+    "body_yaw",
+    "left_antenna",
+    "right_antenna",
+    "head_x",
+    "head_y",
+    "head_z",
+)
 INTERPOLATIONS = ("minjerk", "linear")
 MIN_SPEED, MAX_SPEED = 0.1, 3.0
 

@@ -29,8 +29,15 @@ class DaemonError(RuntimeError):
 
 
 def daemon_executable() -> str:
-    """``$BOLT_REACHY_DAEMON``, else ``reachy-mini-daemon`` on ``PATH``."""
-    exe = os.environ.get("BOLT_REACHY_DAEMON", "") or shutil.which("reachy-mini-daemon") or ""
+    """``$BOLT_REACHY_DAEMON``, else the checkout's ``.venv-reachy``, else ``reachy-mini-daemon``
+    on ``PATH``."""
+    checkout = Path(__file__).resolve().parents[3] / ".venv-reachy" / "bin" / "reachy-mini-daemon"
+    exe = (
+        os.environ.get("BOLT_REACHY_DAEMON", "")
+        or (str(checkout) if checkout.is_file() else "")
+        or shutil.which("reachy-mini-daemon")
+        or ""
+    )
     if not exe or not Path(exe).is_file():
         raise DaemonError(
             "Pollen's reachy-mini-daemon was not found: `make setup` installs it into "
@@ -158,6 +165,7 @@ class ReachyRecorder:
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> ReachyRecorder:
+        """Start it; returns once it samples the robot (it connects first)."""
         python = Path(daemon_executable()).with_name("python")
         if not python.exists():
             raise DaemonError(f"no Python beside the daemon ({python}) to record with")
@@ -173,9 +181,14 @@ class ReachyRecorder:
             start_new_session=True,
             preexec_fn=die_with_parent,
         )  # fmt: skip
+        line = self.proc.stdout.readline()  # it has connected and samples from now on
+        if not line.startswith("recording"):
+            rest = self.proc.stdout.read() if self.proc.poll() is not None else ""
+            stop_group(self.proc, 1.0)
+            raise DaemonError(f"the recorder did not start: {line}{rest[-2000:]}")
         return self
 
-    def finish(self, timeout: float = 180.0) -> str:
+    def finish(self, timeout: float = 300.0) -> str:
         """Stop sampling, wait for the GIF; what the recorder said."""
         proc = self.proc
         if proc is None:

@@ -1,8 +1,9 @@
 """Pollen's Reachy Mini through its SDK (``reachy_mini``): the real robot, or Pollen's daemon
 simulating it in MuJoCo, behind the same ``RobotBackend``.
 
-Joints map onto the SDK's calls: ``head_roll/pitch/yaw`` make the head pose (a 4x4 matrix in the
-robot's frame, ``xyz`` Euler angles in radians, as ``create_head_pose`` builds it), ``body_yaw``
+Joints map onto the SDK's calls: ``head_x/y/z`` (metres) and ``head_roll/pitch/yaw`` make the
+head pose (a 4x4 matrix in the robot's frame, ``xyz`` Euler angles in radians, as
+``create_head_pose`` builds it), ``body_yaw``
 turns the base, and the antennas go as ``[right, left]`` (the SDK's order, the reverse of ours).
 Commands at the control rate use ``set_target``; slow moves ``goto_target``. ``read_state``
 returns what the robot *measures*: the head pose the daemon computes from its motors, the
@@ -118,7 +119,13 @@ class ReachyMiniRobot(RobotBackend):
     def _targets(self, positions: Sequence[float]) -> dict[str, Any]:
         p = dict(zip(self.joints, positions, strict=True))
         head = self._pose_fn(
-            roll=p["head_roll"], pitch=p["head_pitch"], yaw=p["head_yaw"], degrees=False
+            x=p["head_x"],
+            y=p["head_y"],
+            z=p["head_z"],
+            roll=p["head_roll"],
+            pitch=p["head_pitch"],
+            yaw=p["head_yaw"],
+            degrees=False,
         )
         return {
             "head": head,
@@ -150,7 +157,11 @@ class ReachyMiniRobot(RobotBackend):
         head_joints, antennas = self._call(lambda mini: mini.get_current_joint_positions())
         pose = self._call(lambda mini: mini.get_current_head_pose())
         roll, pitch, yaw = euler_xyz(pose.tolist())
+        x, y, z = (float(pose[i][3]) for i in range(3))
         measured = {
+            "head_x": x,
+            "head_y": y,
+            "head_z": z,
             "head_roll": roll,
             "head_pitch": pitch,
             "head_yaw": yaw,

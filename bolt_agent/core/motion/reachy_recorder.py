@@ -38,6 +38,7 @@ def record(port: int, fps: float, stop: threading.Event) -> list[tuple[list[floa
         timeout=10.0,
     )
     samples, period, next_t = [], 1.0 / fps, time.monotonic()
+    print(f"recording at {fps:g} fps", flush=True)  # the owner waits for this line
     try:
         while not stop.is_set():
             head, antennas = mini.get_current_joint_positions()
@@ -49,7 +50,7 @@ def record(port: int, fps: float, stop: threading.Event) -> list[tuple[list[floa
     return samples
 
 
-def render(samples, out: str, fps: float, width: int, height: int) -> int:
+def render(samples, out: str, fps: float, width: int, height: int, max_frames: int) -> int:
     from importlib.resources import files
 
     import mujoco
@@ -61,6 +62,10 @@ def render(samples, out: str, fps: float, width: int, height: int) -> int:
     model = mujoco.MjModel.from_xml_path(str(mjcf))
     data = mujoco.MjData(model)
     model.opt.timestep = 0.002  # as Pollen's daemon
+    # a long run is rendered from evenly spaced samples (each frame costs a fraction of a
+    # second through OSMesa); the GIF keeps the run's real duration
+    every = max(1, -(-len(samples) // max_frames))
+    samples, fps = samples[::every], fps / every
     steps = max(1, round(1.0 / fps / model.opt.timestep))
     renderer = mujoco.Renderer(model, height, width)
     frames = []
@@ -84,6 +89,7 @@ def main() -> int:
     ap.add_argument("--fps", type=float, default=8.0)
     ap.add_argument("--width", type=int, default=320)
     ap.add_argument("--height", type=int, default=240)
+    ap.add_argument("--max-frames", type=int, default=240, help="more samples are thinned")
     args = ap.parse_args()
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -91,7 +97,7 @@ def main() -> int:
     threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
     samples = record(args.port, args.fps, stop)
     print(f"rendering {len(samples)} frames", flush=True)
-    n = render(samples, args.out, args.fps, args.width, args.height)
+    n = render(samples, args.out, args.fps, args.width, args.height, args.max_frames)
     print(f"wrote {args.out} ({n} frames)", flush=True)
     return 0 if n else 1
 
