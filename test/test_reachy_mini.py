@@ -13,7 +13,6 @@ What is checked, each against what the daemon measures:
 from __future__ import annotations
 
 import math
-import socket
 import time
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from bolt_agent.core.motion.reachy_daemon import ReachyDaemon, ReachyRecorder
 from support.animation_dds import AnimationRig, start_animation_node
 from support.diagnostics import Diagnostics
 from support.launch import assert_nothing_survives
+from support.remote_server import free_port
 from support.ros_helpers import ros_node, spin_until
 
 pytestmark = pytest.mark.slow
@@ -33,12 +33,6 @@ pytestmark = pytest.mark.slow
 #: steady error the daemon shows for a held pose (measured below) plus this tracking allowance
 TRACKING_RAD = 0.08
 LIB = AnimationLibrary.load()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -113,11 +113,12 @@ class AnimationNode(BoltNode):
         super().__init__("animation_node", **node_kwargs)
         p = self.params
         library = AnimationLibrary.load(p.animations_file or None)
-        options = {"host": p.reachy_host, "port": p.reachy_port}
-        self.backend = make_backend(
+        self.backend = make_backend(  # (the sim backend takes no connection options)
             p.backend,
             library.neutral(),
-            **(options | {"connect_timeout_s": p.connect_timeout_s} if p.backend != "sim" else {}),
+            host=p.reachy_host,
+            port=p.reachy_port,
+            connect_timeout_s=p.connect_timeout_s,
         )
         self.controller = AnimationController(
             library,
