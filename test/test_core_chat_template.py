@@ -117,7 +117,7 @@ def test_few_shot_examples_render_as_earlier_turns_in_the_models_own_format():
     dialogue.begin_turn("t1", "Hello robot.")
     tools = profile.registry.as_openai()
     text = ChatTemplate.bundled().render(dialogue.messages(), tools, Knobs(enable_thinking=False))
-    first = profile.examples[1]
+    first = next(ex for ex in profile.examples if ex.calls)
     call = first.calls[0]["arguments"]["animation_name"]
     system_end = text.index("<turn|>")
     example = text.index(f"<|turn>user\n{first.user}<turn|>")

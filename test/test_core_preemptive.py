@@ -4,6 +4,8 @@ resumption is injected between two tokens (the scripted engine's hook). No ROS, 
 
 from __future__ import annotations
 
+import dataclasses
+
 from bolt_agent.core.llm.chat_template import Knobs
 from bolt_agent.core.llm.dialogue import Dialogue
 from bolt_agent.core.llm.held_turn import COMMITTED, DISCARDED, HeldTurn
@@ -12,6 +14,7 @@ from bolt_agent.core.llm.profile import load_profile
 from bolt_agent.core.llm.scripted_engine import ScriptedEngine
 from bolt_agent.core.llm.turn_runner import RunnerConfig, TurnRequest, TurnRunner
 from bolt_agent.core.llm.turn_scheduler import NotActiveError, TurnScheduler
+from bolt_agent.core.tools.registry import ToolRegistry
 from support.turn_sinks import RecordingSink
 
 NO_THINK = Knobs(enable_thinking=False)
@@ -40,7 +43,12 @@ class Harness:
         self.engine = ScriptedEngine(scripts, on_token=on_token)
         config = RunnerConfig(constrained=False, max_steps=2)
         self.dialogue = Dialogue(profile.persona, nearest=nearest)
-        self.runner = TurnRunner(self.engine, self.dialogue, profile.registry, config)
+        # the animation's turn goes on after its result here (the profile ends it there:
+        # after_result), so a sentence comes after the release as well
+        registry = ToolRegistry(
+            dataclasses.replace(t, after_result="speak") for t in profile.registry
+        )
+        self.runner = TurnRunner(self.engine, self.dialogue, registry, config)
         self.hints: list[tuple[str, str, float]] = []
         self.cancelled: list[tuple[str, str]] = []
         self.failures: list[tuple[str, str]] = []

@@ -5,12 +5,14 @@ from __future__ import annotations
 import pathlib
 
 import pytest
+import yaml
 
 from bolt_agent.core.llm.evaluation import (
-    MIN_REQUESTS,
+    SPLITS,
     EvalRequest,
     TurnRecord,
     call_matches,
+    eval_profiles,
     load_eval_set,
     score,
 )
@@ -20,25 +22,73 @@ TEST_DIR = pathlib.Path(__file__).parent
 
 
 @pytest.mark.parametrize("name", ["reachy_mini", "blacksmith_npc"])
-def test_each_profile_has_its_own_request_set(name):
-    eval_set = load_eval_set(name)
+def test_each_profile_has_a_dev_and_a_held_out_test_split(name):
+    assert name in eval_profiles()
     profile = load_profile(name)
-    assert eval_set.profile == name and len(eval_set.requests) >= MIN_REQUESTS
-    assert isinstance(eval_set.params.get("seed"), int) and eval_set.params["seed"] >= 0
     examples = {ex.user.lower() for ex in profile.examples}
+    says = " ".join(s for o in profile.selection.options for s in o.says).lower()
     tests = "\n".join(p.read_text() for p in TEST_DIR.glob("test_*.py")).lower()
-    for request in eval_set.requests:
-        assert request.text.lower() not in examples  # written for the eval, not shown to it
-        assert request.text.lower() not in tests  # nor one of the tests' prompts
-        if request.tool:  # what it expects is a call the profile allows
-            assert profile.registry.validate(request.tool, request.arguments) is None, request
+    splits = {split: load_eval_set(name, split) for split in SPLITS}
+    texts = [{r.text.lower() for r in s.requests} for s in splits.values()]
+    assert not texts[0] & texts[1]  # no request in both
+    assert len(texts[0]) + len(texts[1]) >= 100  # the issue's "at least 100 per profile"
+    for split, eval_set in splits.items():
+        assert eval_set.profile == name and eval_set.split == split
+        assert len(eval_set.requests) >= 50
+        assert isinstance(eval_set.params.get("seed"), int) and eval_set.params["seed"] >= 0
+        kinds = {r.kind for r in eval_set.requests}
+        assert kinds == {"tool", "chitchat", "persona"}
+        for request in eval_set.requests:
+            text = request.text.lower()
+            assert text not in examples  # written for the eval, not shown to it
+            assert text not in tests  # nor one of the tests' prompts
+            assert text.rstrip(".!?") not in says  # nor a selection description
+            if request.tool:  # what it expects is a call the profile allows
+                assert profile.registry.validate(request.tool, request.arguments) is None, request
+            if request.kind == "persona":
+                assert request.mentions, request
+
+
+def test_a_request_whose_kind_contradicts_its_expectation_is_refused(tmp_path):
+    path = tmp_path / "x.yaml"
+    rows = [{"text": f"hi {i}", "kind": "chitchat", "expect": "none"} for i in range(12)]
+    rows[3] = {"text": "nod", "kind": "chitchat", "expect": {"tool": "t", "arguments": {}}}
+    path.write_text(yaml.safe_dump({"profile": "p", "requests": rows}))
+    with pytest.raises(ValueError, match="kind 'chitchat'"):
+        load_eval_set(str(path))
+    with pytest.raises(ValueError, match="split"):
+        load_eval_set("reachy_mini", "train")
 
 
 def test_blacksmith_set_sells_and_buys_named_items():
-    requests = load_eval_set("blacksmith_npc").requests
+    requests = load_eval_set("blacksmith_npc", "test").requests
     tools = {r.tool for r in requests}
-    assert {"sell_to_player", "buy_from_player"} <= tools
-    assert all(r.arguments.get("item") for r in requests)
+    assert {"sell_to_player", "buy_from_player", "check_shop_inventory"} <= tools
+    assert all(r.arguments.get("item") for r in requests if "player" in r.tool)
+
+
+def test_copies_repeats_persona_facts_and_no_tool():
+    requests = (
+        EvalRequest("Thank you, that was lovely.", kind="chitchat"),
+        EvalRequest("What is your name?", kind="persona", mentions=("reachy",)),
+        EvalRequest("Nod please", "t", {"a": "nod"}),
+        EvalRequest("Tell me a joke", kind="chitchat"),
+    )
+    records = [
+        TurnRecord(requests[0].text, ["Thank you,", "that was lovely."]),
+        TurnRecord(requests[1].text, ["I am Reachy."]),
+        TurnRecord(requests[2].text, ["Sure."], [{"name": "t", "arguments": {"a": "nod"}}]),
+        TurnRecord(requests[3].text, ["Sure."], [{"name": "t", "arguments": {"a": "nod"}}]),
+    ]
+    figures = score(requests, records)
+    assert figures["copy_rate"] == pytest.approx(1 / 4)
+    assert figures["persona_fact_rate"] == 1.0
+    assert figures["no_tool_rate"] == pytest.approx(2 / 3)
+    assert figures["tool_request_accuracy"] == 1.0
+    # "Sure." twice in one conversation: 5 sentences, 4 distinct; apart, all distinct
+    assert figures["distinct_sentence_rate"] == pytest.approx(4 / 5)
+    records[3].session = 1
+    assert score(requests, records)["distinct_sentence_rate"] == 1.0
 
 
 def test_call_matching_compares_items_by_their_words():
@@ -123,5 +173,5 @@ def test_cli_params_and_seeds_and_the_summary_over_seeds():
         runs.append({**score(requests, records), "profile": "p", "llm_node_params": {"seed": seed}})
     s = summary(runs)["p"]
     assert s["runs"] == 2 and s["tool_choice_accuracy"] == {"mean": 0.75, "min": 0.5, "max": 1.0}
-    assert "| p | 2 | 75 % (50–100) |" in summary_table(runs)
-    assert "| p | 8 | 12 | 50 % |" in table(runs)
+    assert "| p | 2 | 75 % (50–100) | – | 75 % (50–100) |" in summary_table(runs)
+    assert "| p | – | 8 | 12 | 50 % | – | 50 % |" in table(runs)

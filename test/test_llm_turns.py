@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from bolt_agent.core.llm.chat_template import Knobs
@@ -12,6 +14,7 @@ from bolt_agent.core.llm.scripted_engine import EOG_PIECE, ScriptedEngine
 from bolt_agent.core.llm.turn_runner import RunnerConfig, ToolResult, TurnRequest, TurnRunner
 from bolt_agent.core.llm.types import SamplingParams
 from bolt_agent.core.models import resolve_model
+from bolt_agent.core.tools.registry import ToolRegistry
 from support.turn_sinks import RecordingSink
 
 
@@ -23,7 +26,7 @@ def engine():
     eng.close()
 
 
-def runner_for(engine, **cfg):
+def runner_for(engine, speak_after_result: bool = False, **cfg):
     profile = load_profile("reachy_mini")
     config = RunnerConfig(
         sampling=SamplingParams(seed=cfg.pop("seed", 7)),
@@ -31,7 +34,10 @@ def runner_for(engine, **cfg):
         max_speech_chars=cfg.pop("max_speech_chars", 60),
         **cfg,
     )
-    return TurnRunner(engine, Dialogue(profile.persona), profile.registry, config)
+    registry = profile.registry
+    if speak_after_result:  # the profile ends a turn at an animation's result (after_result)
+        registry = ToolRegistry(dataclasses.replace(t, after_result="speak") for t in registry)
+    return TurnRunner(engine, Dialogue(profile.persona), registry, config)
 
 
 def test_thinking_budget_is_enforced_in_a_real_generation(engine):
@@ -56,7 +62,7 @@ def test_no_thinking_when_disabled(engine):
 
 
 def test_required_tool_call_comes_after_the_speech_and_a_second_step_follows(engine):
-    runner = runner_for(engine, max_steps=2, max_new_tokens=96)
+    runner = runner_for(engine, speak_after_result=True, max_steps=2, max_new_tokens=96)
     sink = RecordingSink()
     request = TurnRequest("t1", "Look around the room.", Knobs(enable_thinking=False), "required")
     result = runner.run(request, sink)
@@ -69,6 +75,14 @@ def test_required_tool_call_comes_after_the_speech_and_a_second_step_follows(eng
     assert steps[0].tool_responses == [
         {"name": "trigger_reachy_animation", "response": {"ok": True}}
     ]
+
+
+def test_an_animation_ends_the_turn_at_its_result(engine):
+    runner = runner_for(engine, max_steps=2, max_new_tokens=96)
+    sink = RecordingSink()
+    request = TurnRequest("t1", "Look around the room.", Knobs(enable_thinking=False), "required")
+    result = runner.run(request, sink)
+    assert result.steps == 1 and sink.kinds()[-1] == "dispatch"
 
 
 def test_prefix_is_reused_across_turns(engine):
@@ -185,9 +199,12 @@ def test_cancel_stops_within_one_decode_step(engine):
 
 
 def scripted_runner(scripts, **cfg):
+    """Orchestration cases chain steps after tool results: the animation speaks after its
+    result here (the profile ends the turn there: ``after_result``)."""
     profile = load_profile("reachy_mini")
+    registry = ToolRegistry(dataclasses.replace(t, after_result="speak") for t in profile.registry)
     return TurnRunner(
-        ScriptedEngine(scripts), Dialogue(profile.persona), profile.registry, RunnerConfig(**cfg)
+        ScriptedEngine(scripts), Dialogue(profile.persona), registry, RunnerConfig(**cfg)
     )
 
 

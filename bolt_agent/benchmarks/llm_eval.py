@@ -34,9 +34,10 @@ def _stamp(t) -> float:
 
 
 def run_profile(eval_set, log: Callable[[str], None] = print, limit: int = 0) -> dict[str, Any]:
-    """Run every request of ``eval_set`` and score it. Each request starts a new conversation
-    (``llm/reset``): one wrong reply copied by the next turns would otherwise be counted again
-    and again; the cached prefix (system prompt, examples) stays warm across requests."""
+    """Run every request of ``eval_set`` and score it. The requests go in conversations of
+    ``SESSION_TURNS`` turns (``llm/reset`` before each): long enough to see a line said twice,
+    short enough that one wrong reply copied by the next turns is not counted over the whole
+    set; the cached prefix (system prompt, examples) stays warm across conversations."""
     # a DDS domain of our own: nobody else's stack or test hears our turns (as `bolt-agent bench`)
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     os.environ["ROS_DOMAIN_ID"] = str(random.SystemRandom().randint(102, 200))
@@ -44,7 +45,7 @@ def run_profile(eval_set, log: Callable[[str], None] = print, limit: int = 0) ->
     from rclpy.node import Node
     from std_srvs.srv import Trigger
 
-    from bolt_agent.core.llm.evaluation import TurnRecord, score
+    from bolt_agent.core.llm.evaluation import SESSION_TURNS, TurnRecord, score
     from bolt_agent.nodes.qos import RELIABLE
     from bolt_agent.stack.session import StackSession
     from bolt_agent.stack.spec import StackSpec
@@ -91,15 +92,18 @@ def run_profile(eval_set, log: Callable[[str], None] = print, limit: int = 0) ->
             raise RuntimeError("no llm/reset service")
         load_s = time.monotonic() - t0
         for i, request in enumerate(requests):
-            answer = _wait(reset.call_async(Trigger.Request()), 30)
-            if answer is None or not answer.success:
-                raise RuntimeError(f"llm/reset failed: {answer and answer.message}")
+            if i % SESSION_TURNS == 0:
+                answer = _wait(reset.call_async(Trigger.Request()), 30)
+                if answer is None or not answer.success:
+                    raise RuntimeError(f"llm/reset failed: {answer and answer.message}")
             records.append(_one_turn(client, Converse, request, said, metrics, done))
             r = records[-1]
+            r.session = i // SESSION_TURNS
             log(f"[{i + 1}/{len(requests)}] {request.text!r} -> {r.sentences} {r.calls} {r.error}")
     result = score(requests, records)
     result.update(
         profile=eval_set.profile,
+        split=eval_set.split,
         llm_node_params=params,
         load_s=load_s,
         run_s=time.monotonic() - t0,

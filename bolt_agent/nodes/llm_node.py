@@ -86,7 +86,8 @@ class LlmNode(BoltLifecycleNode):
         self.profile = profile
         config = p.runner_config(constrained, profile)
         dialogue = p.dialogue(profile, constrained)
-        self.runner = TurnRunner(self.engine, dialogue, profile.registry, config)
+        selector, guard = p.choosers(profile, self.engine)
+        self.runner = TurnRunner(self.engine, dialogue, profile.registry, config, selector, guard)
         if hasattr(self.engine, "watch_cancel"):  # a cancel closes the remote stream at once
             self.engine.watch_cancel(lambda: self.runner.cancel_token)
         self.scheduler = TurnScheduler(

@@ -11,6 +11,8 @@ from bolt_agent.core.llm.chat_template import Knobs
 from bolt_agent.core.llm.dialogue import Dialogue
 from bolt_agent.core.llm.llama.engine import LlamaConfig
 from bolt_agent.core.llm.profile import Profile
+from bolt_agent.core.llm.reply_guard import ReplyGuard
+from bolt_agent.core.llm.tool_selection import ToolSelector
 from bolt_agent.core.llm.turn_runner import RunnerConfig
 from bolt_agent.core.llm.types import SamplingParams
 from bolt_agent.nodes.params import param
@@ -186,6 +188,27 @@ class LlmParams:
         "words): ~75 instead of ~110 tokens prefilled after the user's words are known",
         load_time=True,
     )
+    tool_selection: str = param(
+        "score",
+        "how a turn's first call is chosen: score (the profile's selection options, each by the "
+        "model's likelihood of the request given its description; 'no tool' is one) | greedy "
+        "(the grammar's decoding alone). score needs a local engine and falls back to greedy",
+        load_time=True,
+        choices=("score", "greedy"),
+    )
+    reply_guard: bool = param(
+        True,
+        "keep back a sentence that copies reply_copy_limit of the user's words or repeats one "
+        "of the last 12 turns: a first sentence is sampled again, a later one left out",
+        load_time=True,
+    )
+    reply_copy_limit: float = param(
+        0.6,
+        "share of the user's words (requests of 3 words or more) a reply may not repeat",
+        load_time=True,
+        low=0.1,
+        high=1.0,
+    )
     max_steps: int = param(
         3, "model steps per turn (tool results → continuation)", load_time=True, low=1
     )
@@ -328,6 +351,14 @@ class LlmParams:
             first_clause_chars=self.first_clause_chars,
             filler_sentence=profile.filler,
         )
+
+    def choosers(self, profile: Profile, engine) -> tuple[ToolSelector | None, ReplyGuard | None]:
+        """The turn runner's tool selector and reply guard, as the parameters ask."""
+        selector = None
+        if self.tool_selection == "score" and profile.selection is not None:
+            selector = ToolSelector(profile.selection, engine.channel_scores)
+        guard = ReplyGuard(self.reply_copy_limit) if self.reply_guard else None
+        return selector, guard
 
     def dialogue(self, profile: Profile, constrained: bool) -> Dialogue:
         """The conversation: the profile's persona, and with ``few_shot`` (auto: in constrained

@@ -20,6 +20,8 @@ class Step:
     content: str = ""
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     tool_responses: list[dict[str, Any]] = field(default_factory=list)
+    #: the sentences as they went to the speaker (not rendered: ``content`` holds the words)
+    spoken: list[str] = field(default_factory=list)
 
     def message(self) -> dict[str, Any]:
         msg: dict[str, Any] = {"role": "assistant", "content": self.content}
@@ -74,14 +76,25 @@ class Dialogue:
 
     # --- building ------------------------------------------------------------------------------
     def begin_turn(
-        self, turn_id: str, user_text: str, scene: str | None = None, nearest: bool = True
+        self,
+        turn_id: str,
+        user_text: str,
+        scene: str | None = None,
+        nearest: bool = True,
+        option: Any = None,
     ) -> Turn:
-        """`nearest`: False for a turn that may call no tool (the examples teach calls)."""
+        """`nearest`: False for a turn that may call no tool (the examples teach calls);
+        `option`: the tool selection's choice, which the nearest exchanges show
+        (``core/llm/tool_selection``)."""
         turn = Turn(turn_id=turn_id, user_text=self._user_content(user_text, scene))
         self.turns.append(turn)
         self._nearest_turn = turn_id
-        self._nearest_messages = self._nearest_for(user_text) if nearest else []
+        self._nearest_messages = self._nearest_for(user_text, option) if nearest else []
         return turn
+
+    def recent_sentences(self, turns: int = 12) -> list[str]:
+        """The sentences spoken in the last ``turns`` turns (the current one's steps so far)."""
+        return [s for turn in self.turns[-turns:] for step in turn.steps for s in step.spoken]
 
     def preview(
         self, user_text: str, scene: str | None = None, nearest: bool = True
@@ -111,8 +124,12 @@ class Dialogue:
             out.extend(earlier.messages())
         return out
 
-    def _nearest_for(self, user_text: str) -> list[dict[str, Any]]:
-        return list(self.nearest(user_text.strip())) if self.nearest else []
+    def _nearest_for(self, user_text: str, option: Any = None) -> list[dict[str, Any]]:
+        if not self.nearest:
+            return []
+        if option is None:
+            return list(self.nearest(user_text.strip()))
+        return list(self.nearest(user_text.strip(), option))
 
     @staticmethod
     def _user_content(user_text: str, scene: str | None) -> str:

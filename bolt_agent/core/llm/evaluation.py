@@ -14,11 +14,20 @@ from typing import Any
 
 import yaml
 
+from bolt_agent.core.llm.reply_guard import copied_share, sentence_key
 from bolt_agent.core.llm.speakable import is_speakable
 from bolt_agent.core.paths import config_dir
 
-#: fewer requests than this per profile make the percentages meaningless
+#: fewer requests than this per split make the percentages meaningless
 MIN_REQUESTS = 12
+#: dev: may be used while tuning examples, descriptions, prompts and thresholds; test: held out,
+#: reported apart, never tuned on
+SPLITS = ("dev", "test")
+KINDS = ("tool", "chitchat", "persona")
+#: turns of one conversation in the eval (the distinct-sentence figure is per conversation)
+SESSION_TURNS = 12
+#: a reply repeating this share of the user's words (3 words or more) copies them
+COPY_SHARE = 0.6
 
 
 @dataclass(frozen=True)
@@ -26,6 +35,8 @@ class EvalRequest:
     text: str
     tool: str = ""  # '' = no tool should be called
     arguments: dict[str, Any] = field(default_factory=dict, hash=False)
+    kind: str = "tool"  # tool | chitchat | persona
+    mentions: tuple[str, ...] = ()  # persona: a good reply has one of these words
 
 
 @dataclass(frozen=True)
@@ -33,6 +44,7 @@ class EvalSet:
     profile: str
     requests: tuple[EvalRequest, ...]
     params: dict[str, Any] = field(default_factory=dict, hash=False)  # llm_node overrides
+    split: str = "dev"
 
 
 @dataclass
@@ -45,31 +57,50 @@ class TurnRecord:
     speech_before_goal: bool | None = None  # None: no goal in this turn
     completion_tokens: int = 0
     error: str = ""
+    session: int = 0  # which conversation of the run (``SESSION_TURNS`` turns each)
 
 
-def eval_path(profile: str) -> Path:
-    return config_dir() / "eval" / f"{profile}.yaml"
+def eval_path(profile: str, split: str = "dev") -> Path:
+    return config_dir() / "eval" / split / f"{profile}.yaml"
 
 
-def load_eval_set(profile_or_path: str) -> EvalSet:
+def eval_profiles() -> list[str]:
+    """The profiles with a request set (in both splits)."""
+    found = [{p.stem for p in (config_dir() / "eval" / s).glob("*.yaml")} for s in SPLITS]
+    return sorted(set.intersection(*found))
+
+
+def load_eval_set(profile_or_path: str, split: str = "dev") -> EvalSet:
     path = Path(profile_or_path)
     if path.suffix not in (".yaml", ".yml"):
-        path = eval_path(profile_or_path)
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, not {split!r}")
+        path = eval_path(profile_or_path, split)
     data = yaml.safe_load(path.read_text()) or {}
     requests = []
     for entry in data.get("requests") or []:
         expect = entry.get("expect") or {}
         if expect == "none":
             expect = {}
+        kind = str(entry.get("kind", "tool" if expect else "chitchat"))
+        if kind not in KINDS or (kind == "tool") != bool(expect):
+            raise ValueError(f"{path}: {entry.get('text')!r}: kind {kind!r} against {expect!r}")
         requests.append(
             EvalRequest(
-                str(entry["text"]), str(expect.get("tool", "")), dict(expect.get("arguments") or {})
+                str(entry["text"]),
+                str(expect.get("tool", "")),
+                dict(expect.get("arguments") or {}),
+                kind,
+                tuple(str(w).lower() for w in entry.get("mentions") or ()),
             )
         )
     if len(requests) < MIN_REQUESTS:
         raise ValueError(f"{path}: {len(requests)} requests, at least {MIN_REQUESTS} needed")
     return EvalSet(
-        str(data.get("profile", path.stem)), tuple(requests), dict(data.get("params") or {})
+        str(data.get("profile", path.stem)),
+        tuple(requests),
+        dict(data.get("params") or {}),
+        str(data.get("split", split)),
     )
 
 
@@ -99,10 +130,38 @@ def _words_only(request: EvalRequest) -> EvalRequest:
     return EvalRequest(request.text, request.tool, words)
 
 
+def _rate(flags: list[bool]) -> float | None:
+    return sum(flags) / len(flags) if flags else None
+
+
+def copies(request: str, sentences: list[str]) -> bool:
+    """The reply repeats ``COPY_SHARE`` of the user's words (a request of 3 words or more)."""
+    return len(request.split()) >= 3 and copied_share(request, " ".join(sentences)) >= COPY_SHARE
+
+
+def distinct_sentence_rate(records: list[TurnRecord]) -> float | None:
+    """Sentences said once within their conversation ÷ sentences (pooled over conversations;
+    the same words without case or punctuation are the same sentence)."""
+    total = distinct = 0
+    for session in dict.fromkeys(r.session for r in records):
+        keys = [sentence_key(s) for r in records if r.session == session for s in r.sentences]
+        keys = [k for k in keys if k]
+        total += len(keys)
+        distinct += len(set(keys))
+    return distinct / total if total else None
+
+
+def mentions(request: EvalRequest, sentences: list[str]) -> bool:
+    said = set(sentence_key(" ".join(sentences)).split())
+    return any(w in said or w.rstrip("s") in said for w in request.mentions)
+
+
 def score(requests: tuple[EvalRequest, ...], records: list[TurnRecord]) -> dict[str, Any]:
-    """Tool-choice accuracy, speakable-sentence rate, speech-before-goal rate, mean turn tokens
-    (rates in 0..1; None where there was nothing to count)."""
+    """Tool-choice accuracy (all requests; tool requests; no tool for chit-chat and persona),
+    persona facts, copies, distinct sentences, speakable sentences, speech before goals, mean
+    turn tokens (rates in 0..1; None where there was nothing to count)."""
     right = [call_matches(q, r.calls) for q, r in zip(requests, records)]
+    pairs = list(zip(requests, records, right))
     named = [  # the right tool, whatever its arguments: separates choosing from copying
         call_matches(EvalRequest(q.text, q.tool), r.calls) for q, r in zip(requests, records)
     ]
@@ -120,6 +179,14 @@ def score(requests: tuple[EvalRequest, ...], records: list[TurnRecord]) -> dict[
         "requests": len(records),
         "errors": sum(bool(r.error) for r in records),
         "tool_choice_accuracy": sum(right) / len(right) if right else None,
+        "tool_request_accuracy": _rate([ok for q, _, ok in pairs if q.kind == "tool"]),
+        "no_tool_rate": _rate([ok for q, _, ok in pairs if q.kind != "tool"]),
+        "persona_fact_rate": _rate(
+            [mentions(q, r.sentences) for q, r, _ in pairs if q.kind == "persona" and q.mentions]
+        ),
+        "copy_rate": _rate([copies(q.text, r.sentences) for q, r, _ in pairs if not r.error]),
+        "distinct_sentence_rate": distinct_sentence_rate([r for r in records if not r.error]),
+        "silent_turns": sum(not r.sentences and not r.error for r in records),
         "tool_choice_by_tool": {k: sum(v) / len(v) for k, v in by_tool.items()},
         "tool_name_accuracy": sum(named) / len(named) if named else None,
         "tool_item_accuracy": sum(item) / len(item) if item else None,

@@ -15,6 +15,7 @@ import yaml
 
 from bolt_agent.core.llm.dialogue import Step
 from bolt_agent.core.llm.speakable import is_speakable
+from bolt_agent.core.llm.tool_selection import Option, SelectionSpec
 from bolt_agent.core.paths import config_dir
 from bolt_agent.core.tools.registry import ToolRegistry
 
@@ -65,12 +66,14 @@ class Profile:
     #: said before a tool goal when the model said nothing first (spoken-first for every model)
     filler: str = "Sure."
     demo: tuple[str, ...] = field(default=(), compare=False)
+    #: tool selection by scoring (``selection:``; None: the profile has no options)
+    selection: SelectionSpec | None = field(default=None, compare=False)
 
     def example_messages(self) -> list[dict[str, Any]]:
         return [m for ex in self.examples for m in ex.messages()]
 
     def nearest_examples(
-        self, text: str, n: int, min_score: float = MIN_NEAREST_SCORE
+        self, text: str, n: int, min_score: float = MIN_NEAREST_SCORE, option: Option | None = None
     ) -> list[Example]:
         """The `n` examples most like `text` (IDF-weighted stem overlap, no model), least similar
         first: the closest ends up right before the user's turn, where a base model copies best.
@@ -90,6 +93,8 @@ class Profile:
         and its turn skips the exchange's prefill (0.15-0.3 s before the first word here)."""
         if n <= 0:
             return []
+        if option is not None:
+            return self._nearest_for_option(text, n, min_score, option)
         slots, docs, df, tool_words = self._retrieval_index
         query, named = _stems(text, slots)
         if named:
@@ -102,6 +107,41 @@ class Profile:
                 scored.append((score, -i, ex))  # ties: the earlier example in the YAML wins
         best = sorted(scored, key=lambda t: (t[0], t[1]), reverse=True)[:n]
         return [ex for _, _, ex in reversed(best)]
+
+    def _nearest_for_option(
+        self, text: str, n: int, min_score: float, option: Option
+    ) -> list[Example]:
+        """With a selected option, the nearest examples are those that show it: a call
+        example of that tool and pinned values, taken even when it shares no word with the
+        request (its reply is what the reply should be like: "Yes, here is a happy nod."), or,
+        for no tool, a reply without calls that is near enough (the name for "what is your
+        name"). The named-value rule of ``nearest_examples`` holds."""
+        slots, docs, df, _ = self._option_index
+        query, named = _stems(text, slots)
+        if named:
+            return []
+        scored = []
+        for i, (ex, stems) in enumerate(docs):
+            first = ex.calls[0] if ex.calls else None
+            shows = first is not None and option.matches(first["name"], first["arguments"])
+            if (option.tool and not shows) or (not option.tool and ex.calls):
+                continue
+            score = sum(math.log(1 + len(docs) / df[st]) for st in query & stems)
+            if option.tool or score >= min_score:
+                scored.append((score, -i, ex))
+        best = sorted(scored, key=lambda t: (t[0], t[1]), reverse=True)[:n]
+        return [ex for _, _, ex in reversed(best)]
+
+    @cached_property
+    def _option_index(self):
+        """``_retrieval_index`` over every example, those without calls too."""
+        slots = _shared_values(self.registry)
+        docs = [(ex, _stems(_example_text(ex), slots)[0]) for ex in self.examples]
+        df: dict[str, int] = {}
+        for _, stems in docs:
+            for st in stems:
+                df[st] = df.get(st, 0) + 1
+        return slots, docs, df, _tool_words(self.registry)
 
     @cached_property
     def _retrieval_index(self):
@@ -124,8 +164,10 @@ class Profile:
         ``nearest_examples`` (0: any shared word)."""
         if n <= 0 or not self.examples:
             return None
-        return lambda text: [
-            m for ex in self.nearest_examples(text, n, min_score) for m in ex.messages(short)
+        return lambda text, option=None: [
+            m
+            for ex in self.nearest_examples(text, n, min_score, option)
+            for m in ex.messages(short)
         ]
 
 
@@ -252,9 +294,17 @@ def load_profile(name: str) -> Profile:
     filler = str(data.get("filler", "Sure.")).strip()
     if not is_speakable(filler):
         raise ValueError(f"profile {path.name}: filler {filler!r} is not speakable")
+    persona = str(data.get("persona", "")).strip()
+    facts = [str(f).strip() for f in data.get("facts") or []]
+    if facts:  # in the system prompt, one per line: what "what is your name" needs
+        persona = "\n".join([persona, "Facts about you:", *(f"- {f}" for f in facts)]).strip()
+    selection = None
+    if data.get("selection"):
+        selection = SelectionSpec.from_config(data["selection"], registry)
     return Profile(
         name=data.get("name", path.stem),
-        persona=str(data.get("persona", "")).strip(),
+        persona=persona,
+        selection=selection,
         registry=registry,
         use_scene=bool(data.get("use_scene", False)),
         examples=tuple(_example(e, registry, path.name) for e in data.get("examples") or []),

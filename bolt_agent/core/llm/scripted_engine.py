@@ -41,6 +41,10 @@ class ScriptedEngine(TextEngine):
         #: test hook for ``next_token_probability``: (prompt, continuations) -> p (None: unknown)
         self.continuation_p: Callable[[str, list[str]], float | None] | None = None
         self.probes: list[tuple[str, list[str]]] = []
+        #: test hook for ``channel_scores``: (prefixes, text) -> scores (None: the engine gives
+        #: none); every call is kept in ``scored``
+        self.channel: Callable[[list[str], str], list[float] | None] | None = None
+        self.scored: list[tuple[list[str], str]] = []
         #: a prefix cache in text: the last prompt started, prefilled or probed
         self.cached = ""
 
@@ -63,6 +67,10 @@ class ScriptedEngine(TextEngine):
         self.probes.append((prompt, list(continuations)))
         self.cached = prompt
         return None if self.continuation_p is None else self.continuation_p(prompt, continuations)
+
+    def channel_scores(self, prefixes: list[str], text: str) -> list[float] | None:
+        self.scored.append((list(prefixes), text))
+        return None if self.channel is None else self.channel(prefixes, text)
 
     def start(self, prompt: str) -> DecodeSession:
         self.prompts.append(prompt)

@@ -9,6 +9,7 @@ continues the same turn (bounded by ``max_steps``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -31,8 +32,10 @@ from bolt_agent.core.llm.output_parser import (
     ToolCall,
     ToolCallError,
 )
+from bolt_agent.core.llm.reply_guard import ReplyGuard
 from bolt_agent.core.llm.speakable import clean_sentence
 from bolt_agent.core.llm.tool_grammar import build_grammar
+from bolt_agent.core.llm.tool_selection import Option, Selection, ToolSelector, pinned_registry
 from bolt_agent.core.llm.types import SamplingParams, SessionStats, TextEngine
 from bolt_agent.core.tools.registry import ToolRegistry
 
@@ -94,6 +97,10 @@ class TurnResult:
     dropped: list[str] = field(default_factory=list)  # markup fragments kept from the TTS
     failure: str = ""  # why the turn failed (the scheduler's clear end state); '' = it did not
     fillers: int = 0  # goals that needed the profile's filler sentence before them
+    selection: str = ""  # the tool selection's choice (its label; '' = not selected by scoring)
+    selection_s: float = 0.0  # time spent scoring the options (0 when cached)
+    rejected: list[str] = field(default_factory=list)  # sentences the reply guard kept back
+    resampled: int = 0  # steps sampled again because their first sentence was kept back
 
 
 class TurnSink(Protocol):
@@ -125,6 +132,26 @@ class RunnerConfig:
     call_format: str = "auto"
     #: said before a goal whose step has no sentence of its own (spoken-first for every model)
     filler_sentence: str = "Sure."
+    #: a step whose first sentence the reply guard keeps back is sampled again this many times
+    #: (then the sentence is left out)
+    resample_tries: int = 3
+    #: the sampling of a new try (a greedy model would say the same sentence again), its
+    #: temperature raised by half of it for each further try
+    resample_sampling: SamplingParams = SamplingParams(temperature=0.8, top_p=0.95, top_k=40)
+    #: sentences of the last this many turns may not be said again
+    guard_turns: int = 12
+
+
+#: the selection's "some tool" when it does not pin the call (``SelectionSpec.pin`` false)
+_ANY_TOOL = Option("*")
+
+
+class _Resample(Exception):
+    """The step's first sentence was kept back: sample the step again."""
+
+    def __init__(self, reason: str, sentence: str):
+        super().__init__(reason)
+        self.reason, self.sentence = reason, sentence
 
 
 @dataclass
@@ -143,6 +170,9 @@ class StepState:
         default_factory=list
     )
     said: list[str] = field(default_factory=list)  # what really went to the speaker
+    user_text: str = ""  # the request (the reply guard compares with it)
+    may_resample: bool = False  # a kept-back first sentence restarts the step (else: left out)
+    repeated: str = ""  # the last sentence kept back for repeating a line (not for copying)
 
     def say(self, text: str) -> None:
         self.sink.on_sentence(self.turn_id, self.seq, text)
@@ -169,11 +199,15 @@ class TurnRunner:
         dialogue: Dialogue,
         registry: ToolRegistry,
         config: RunnerConfig = RunnerConfig(),
+        selector: ToolSelector | None = None,
+        guard: ReplyGuard | None = None,
     ):
         self.engine = engine
         self.dialogue = dialogue
         self.registry = registry
         self.config = config
+        self.selector = selector  # None: the grammar's greedy decoding chooses the call
+        self.guard = guard  # None: every sentence the model says is spoken
         self.cancel_token = CancelToken()
         self._lock = threading.Lock()
 
@@ -289,24 +323,80 @@ class TurnRunner:
         with self._lock:
             generation = self.cancel_token.current()
             result = TurnResult(turn_id=request.turn_id)
+            selection = self._select(request, result)
+            option = selection.option if selection else None
+            if option is not None and option.tool and not self.selector.spec.pin:
+                option = _ANY_TOOL  # the scores said "a tool"; the grammar picks which
             turn = self.dialogue.begin_turn(
-                request.turn_id, request.user_text, request.scene, _teaches(request)
+                request.turn_id,
+                request.user_text,
+                request.scene,
+                _teaches(request),  # (a selection's "no tool" shows a reply without calls)
+                None if option is _ANY_TOOL else option,
             )
             seq = 0
             for step_index in range(self.config.max_steps):
                 choice = self._step_choice(request.tool_choice, step_index)
-                state = StepState(request.turn_id, sink, result, seq)
-                self._run_step(request, choice, state, generation)
+                registry = self.registry
+                if step_index == 0 and option is _ANY_TOOL:
+                    choice = "required"
+                elif step_index == 0 and option is not None:  # the selection decides the call
+                    choice = option.tool or "none"
+                    registry = pinned_registry(self.registry, option) if option.tool else registry
+                state = StepState(request.turn_id, sink, result, seq, user_text=request.user_text)
+                self._run_step(request, choice, state, generation, registry)
                 seq, step = state.seq, state.step
+                step.spoken = list(state.said)
                 turn.steps.append(step)
                 result.steps += 1
                 if result.cancelled or not state.calls:
                     break
                 step.tool_responses = self._await_results(state.calls, generation, result)
-                if result.cancelled:
+                if result.cancelled or self._nothing_to_add(step):
                     break
             sink.on_turn_end(request.turn_id, seq, result)
             return result
+
+    def _select(self, request: TurnRequest, result: TurnResult) -> Selection | None:
+        """The tool selection's choice for the first step (None: the model decides, as
+        without a selector: tool choice ``none``, a named tool, no scores, or an unconstrained
+        model: only a grammar makes it produce the chosen call, where a validator alone would
+        refuse the call it made instead)."""
+        if (
+            self.selector is None
+            or not self.config.constrained
+            or request.tool_choice not in ("auto", "required")
+        ):
+            return None
+        try:
+            selection = self.selector.select(
+                request.user_text, allow_none=request.tool_choice == "auto"
+            )
+        except Exception as exc:  # the grammar still makes a valid call: degrade, say why
+            log.warning("turn %s: tool selection failed (%s); greedy choice", request.turn_id, exc)
+            result.errors.append(f"tool selection failed: {exc}")
+            return None
+        if selection is not None:
+            result.selection, result.selection_s = selection.option.label, selection.seconds
+            log.debug(
+                "turn %s: selected %s (lead %.2f, %.0f ms)",
+                request.turn_id,
+                selection.option.label,
+                selection.margin,
+                selection.seconds * 1000,
+            )
+        return selection
+
+    def _nothing_to_add(self, step: Step) -> bool:
+        """Every call of the step succeeded with a tool whose result needs no words (an
+        animation: the robot moved; ``after_result: end``): the turn ends there."""
+        if not step.tool_responses:
+            return False
+        for call, response in zip(step.tool_calls, step.tool_responses):
+            tool = self.registry.get(call["name"]) if call["name"] in self.registry else None
+            if tool is None or tool.after_result != "end" or "error" in response["response"]:
+                return False
+        return True
 
     def _step_choice(self, tool_choice: str, step_index: int) -> str:
         if step_index == self.config.max_steps - 1 and step_index > 0:
@@ -316,10 +406,52 @@ class TurnRunner:
         return tool_choice
 
     def _run_step(
-        self, request: TurnRequest, choice: str, state: StepState, generation: int
+        self,
+        request: TurnRequest,
+        choice: str,
+        state: StepState,
+        generation: int,
+        registry: ToolRegistry | None = None,
     ) -> None:
         """Decode one step into ``state``: its sentences and calls go out through the sink as
-        they complete; the step's history entry and the turn's counts are filled in."""
+        they complete; the step's history entry and the turn's counts are filled in. A step
+        whose first sentence the reply guard keeps back is decoded again with
+        ``resample_sampling`` (at most ``resample_tries`` times)."""
+        cfg = self.config
+        sampling = cfg.sampling
+        for tries_left in range(cfg.resample_tries, -1, -1):
+            state.may_resample = self.guard is not None and tries_left > 0
+            try:
+                self._decode_step(request, choice, state, generation, registry, sampling)
+                break
+            except _Resample as again:
+                state.result.resampled += 1
+                state.result.rejected.append(again.sentence)
+                if again.reason.startswith("repeats"):
+                    state.repeated = again.sentence
+                log.info("turn %s: %s: sampled again", state.turn_id, again.reason)
+                warmer = cfg.resample_sampling.temperature * (
+                    1 + 0.5 * (state.result.resampled - 1)
+                )
+                sampling = dataclasses.replace(
+                    cfg.resample_sampling, temperature=warmer, seed=cfg.sampling.seed
+                )
+        if state.repeated and not state.said and not state.calls and not state.result.cancelled:
+            # every try was kept back: a line said before beats a question left unanswered
+            # (a copy of the user's words is never said)
+            log.info("turn %s: nothing new to say: %r again", state.turn_id, state.repeated)
+            state.say(state.repeated)
+            state.step.content = " ".join(state.said)
+
+    def _decode_step(
+        self,
+        request: TurnRequest,
+        choice: str,
+        state: StepState,
+        generation: int,
+        registry: ToolRegistry | None,
+        sampling: SamplingParams,
+    ) -> None:
         cfg, knobs, result, sink = self.config, request.knobs, state.result, state.sink
         render = self._renderer(knobs)
         limit = self._prompt_limit()
@@ -332,7 +464,7 @@ class TurnRunner:
 
         grammar = (
             build_grammar(
-                self.registry,
+                registry or self.registry,
                 choice,
                 cfg.max_speech_chars,
                 cfg.max_calls_per_step,
@@ -345,7 +477,7 @@ class TurnRunner:
         # step only) and runs free until the model closes it or the budget forces it closed.
         prefill_thinking = cfg.constrained and knobs.enable_thinking and result.steps == 0
         parser = OutputParser(
-            self._validator(choice),
+            self._validator(choice, registry or self.registry),
             start_in_thinking=prefill_thinking,
             first_clause_chars=cfg.first_clause_chars if result.steps == 0 else 0,
         )
@@ -354,7 +486,7 @@ class TurnRunner:
         budget = knobs.thinking_token_budget  # per turn, across steps
         cap = cfg.max_thinking_tokens if budget is None or budget < 0 else budget
         cap -= result.thinking_tokens
-        altered_before = len(result.dropped) + result.fillers
+        altered_before = len(result.dropped) + result.fillers + len(result.rejected)
         thinking_tokens = 0
         first = result.completion_tokens == 0
 
@@ -366,7 +498,7 @@ class TurnRunner:
                 break
             thinking = parser.in_thinking
             room = max(1, cap - thinking_tokens if thinking else cfg.max_new_tokens - answer_tokens)
-            tokens = session.step(cfg.sampling, None if thinking else grammar, room)
+            tokens = session.step(sampling, None if thinking else grammar, room)
             if first:
                 sink.on_first_token(request.turn_id)
                 first = False
@@ -396,7 +528,11 @@ class TurnRunner:
                     close = parser.thinking_close_marker
                     session.force(close)
                     events += parser.feed(close)
-                self._handle(events, state)
+                try:
+                    self._handle(events, state)
+                except _Resample:
+                    session.close()
+                    raise
                 if parser.done:
                     done = True
                     break
@@ -405,7 +541,7 @@ class TurnRunner:
             self._handle(parser.finish(), state)
         raw = parser.speech_text.strip()
         # the history keeps what was said: the model's words unless some were dropped or filled
-        altered = len(result.dropped) + result.fillers != altered_before
+        altered = len(result.dropped) + result.fillers + len(result.rejected) != altered_before
         state.step.content = " ".join(state.said) if altered else raw
         result.spoken_text = " ".join(x for x in (result.spoken_text, state.step.content) if x)
         result.thinking_text += parser.thinking_text
@@ -416,15 +552,15 @@ class TurnRunner:
             return self.config.call_format
         return "gemma4" if self.engine.chat_template.is_bundled else "json"
 
-    def _validator(self, choice: str):
-        """The registry's validation, narrowed to what this step's tool_choice allows."""
+    def _validator(self, choice: str, registry: ToolRegistry):
+        """The step's registry's validation, narrowed to what its tool_choice allows."""
 
         def validate(name: str, arguments: dict[str, Any]) -> str | None:
             if choice == "none":
                 return f"no tools may be called in this step (asked to call {name!r})"
             if choice not in ("auto", "required") and name != choice:
                 return f"only {choice!r} may be called in this step (asked to call {name!r})"
-            return self.registry.validate(name, arguments)
+            return registry.validate(name, arguments)
 
         return validate
 
@@ -437,7 +573,7 @@ class TurnRunner:
                 if dropped:
                     result.dropped.extend(dropped)
                     log.warning("turn %s: dropped unspeakable %r", turn_id, " ".join(dropped))
-                if text:
+                if text and not self._kept_back(text, state):
                     state.say(text)
             elif isinstance(ev, SpeechDelta):
                 sink.on_speech_delta(turn_id, ev.text)
@@ -460,6 +596,23 @@ class TurnRunner:
                 state.call(ev, None, ev.name or "invalid_call", {})
             elif isinstance(ev, EndOfTurn):
                 pass
+
+    def _kept_back(self, text: str, state: StepState) -> bool:
+        """The reply guard's say on a sentence: a first sentence with a problem restarts the
+        step (``_Resample``); a later one is left out, logged and counted."""
+        if self.guard is None:
+            return False
+        said = [*self.dialogue.recent_sentences(self.config.guard_turns), *state.said]
+        problem = self.guard.problem(text, state.user_text, said, " ".join(state.said))
+        if problem is None:
+            return False
+        if state.may_resample and not state.said:
+            raise _Resample(problem, text)
+        state.result.rejected.append(text)
+        if problem.startswith("repeats"):
+            state.repeated = text
+        log.info("turn %s: left out %r: %s", state.turn_id, text, problem)
+        return True
 
     def _await_results(self, calls, generation, result) -> list[dict[str, Any]]:
         pending = [f for _, f in calls if f is not None]

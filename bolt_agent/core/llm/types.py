@@ -126,6 +126,12 @@ class TextEngine(ABC):
         engine whose cache cannot always roll back (a small sliding-window cache) saves its
         state at that point. Engines that can always reuse a prefix ignore it."""
 
+    def channel_scores(self, prefixes: list[str], text: str) -> list[float] | None:
+        """log P(``text`` | each prefix), summed over ``text``'s tokens, without touching the
+        conversation's cache (tool selection: ``core/llm/tool_selection``). None when the engine
+        cannot tell (a server streams text, not logits)."""
+        return None
+
     def next_token_probability(self, prompt: str, continuations: list[str]) -> float | None:
         """P(the token after ``prompt`` is the first token of one of ``continuations``), from one
         forward pass over what the cache does not hold yet (the prompt stays cached for the

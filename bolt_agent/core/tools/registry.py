@@ -61,6 +61,10 @@ class Tool:
     binding: Binding
     timeout_s: float = 10.0
     rate_limit_per_min: int = 0  # 0: unlimited
+    #: after a successful call: speak (the model says something about the result) | end (the
+    #: turn ends: an animation's result has nothing to tell, and a line made up after it was
+    #: the same every time)
+    after_result: str = "speak"
 
     def as_openai(self) -> dict[str, Any]:
         """The ``{"type": "function", "function": {...}}`` form chat templates expect."""
@@ -149,6 +153,9 @@ class ToolRegistry:
         return [t.as_openai() for t in self._tools.values()]
 
 
+AFTER_RESULT = ("speak", "end")
+
+
 def tool_from_config(entry: dict[str, Any]) -> Tool:
     try:
         name = entry["name"]
@@ -170,6 +177,9 @@ def tool_from_config(entry: dict[str, Any]) -> Tool:
     except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError) as exc:
         raise ToolConfigError(f"tool {name!r}: enum_from: {exc}") from exc
     params.setdefault("additionalProperties", False)
+    after_result = str(entry.get("after_result", "speak"))
+    if after_result not in AFTER_RESULT:
+        raise ToolConfigError(f"tool {name!r}: after_result must be one of {AFTER_RESULT}")
     return Tool(
         name=name,
         description=str(entry.get("description", "")).strip(),
@@ -177,6 +187,7 @@ def tool_from_config(entry: dict[str, Any]) -> Tool:
         binding=binding,
         timeout_s=float(entry.get("timeout_s", 10.0)),
         rate_limit_per_min=int(entry.get("rate_limit_per_min", 0)),
+        after_result=after_result,
     )
 
 

@@ -87,6 +87,7 @@ class LlamaEngine(TextEngine):
         self._tokenizer = None  # PromptTokenizer once loaded
         self._stable = ""  # mark_stable's prefix, for the next session
         self.sessions = 0  # sessions started: a fixed seed is offset by it (see LlamaSession)
+        self._scorer = None  # ChannelScorer, made on the first channel_scores
 
     def load(self) -> LlamaEngine:
         path = Path(self.config.model_path)
@@ -244,7 +245,24 @@ class LlamaEngine(TextEngine):
         z = np.exp(z - z.max())
         return float(z[sorted(ids)].sum() / z.sum())
 
+    def channel_scores(self, prefixes: list[str], text: str) -> list[float] | None:
+        """On a small context of its own (``llama/channel_scorer``): the conversation's cache
+        stays as it is."""
+        if self._scorer is None:
+            from bolt_agent.core.llm.llama.channel_scorer import ChannelScorer
+
+            llm = self.llm
+            self._scorer = ChannelScorer(
+                llm._model,
+                lambda text, bos: llm.tokenize(text.encode(), add_bos=bos, special=False),
+                self.config.n_threads_batch or self.config.n_threads,
+            )
+        return self._scorer.scores(prefixes, text)
+
     def close(self) -> None:
+        if self._scorer is not None:
+            self._scorer.close()
+            self._scorer = None
         if self.speculator is not None:
             self.speculator.close()
             self.speculator = None

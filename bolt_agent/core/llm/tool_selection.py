@@ -1,0 +1,188 @@
+"""Which tool a request asks for (or none), chosen by scoring rather than by greedy decoding.
+
+A small base model decoding a call greedily picks whatever its few-shot examples primed most (on
+the bundled 270M model every new phrasing became ``scan_room``), and it cannot say "no tool"
+once its grammar admits a call. Here each option (a tool with its decisive arguments pinned, or
+no tool) is described by what the character would say when taking it, and the option that best
+explains the request wins: log P(request | description), the noisy-channel direction. The
+request's own tokens are scored under every option, so options need no length normalisation
+and no calibration against each other, and a label the model likes in general gains nothing.
+"No tool" has several descriptions (thanks, a greeting, a question about the character); an
+option scores its best description.
+
+Arguments the option leaves open (a shop item, a price) are still decoded under the grammar,
+narrowed to the chosen tool with the pinned values (``pinned_registry``).
+
+Pure and rclpy-free: the scores come from ``TextEngine.channel_scores``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bolt_agent.core.tools.registry import ToolRegistry
+
+#: how the descriptions are put before the request; ``{says}``: one description
+DEFAULT_TEMPLATE = 'The answer was: "{says}"\nWhat had been said just before it:'
+NO_TOOL = "none"
+
+Scorer = Callable[[list[str], str], "list[float] | None"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """A tool with some arguments pinned, or no tool (``tool`` ''), and what the character
+    says when taking it."""
+
+    tool: str
+    arguments: dict[str, Any] = field(default_factory=dict, hash=False)
+    says: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        if not self.tool:
+            return NO_TOOL
+        pinned = ",".join(f"{k}={v}" for k, v in sorted(self.arguments.items()))
+        return f"{self.tool}({pinned})" if pinned else self.tool
+
+    def matches(self, name: str, arguments: dict[str, Any]) -> bool:
+        """A call (an example's) is this option: the same tool and the pinned values."""
+        return name == self.tool and all(arguments.get(k) == v for k, v in self.arguments.items())
+
+
+@dataclass(frozen=True)
+class Selection:
+    option: Option
+    scores: dict[str, float]  # each option's best description's score, by label
+    margin: float  # the winner's lead over the runner-up (log-probability)
+    seconds: float  # scoring time (0 when cached)
+
+
+class SelectionConfigError(ValueError):
+    """The profile's ``selection:`` block is invalid."""
+
+
+@dataclass(frozen=True)
+class SelectionSpec:
+    """A profile's ``selection:`` block, validated against its tools."""
+
+    options: tuple[Option, ...]
+    template: str = DEFAULT_TEMPLATE
+    #: how much better (log-probability) a tool must explain the request than "no tool" does:
+    #: a question or small talk is explained a little by every description
+    tool_margin: float = 0.0
+    #: true: the winning option is the call (tool and pinned arguments); false: the scores only
+    #: decide tool or no tool, and the grammar's decoding picks the call (where the examples
+    #: teach the tools apart better than descriptions do: buying and selling use the same words)
+    pin: bool = True
+
+    @classmethod
+    def from_config(cls, data: dict[str, Any] | None, registry: ToolRegistry) -> SelectionSpec:
+        data = data or {}
+        template = str(data.get("template", DEFAULT_TEMPLATE))
+        if "{says}" not in template:
+            raise SelectionConfigError("selection.template must contain {says}")
+        options = []
+        no_tool = tuple(str(s).strip() for s in data.get("no_tool") or [])
+        if no_tool:
+            options.append(Option("", {}, no_tool))
+        for entry in data.get("options") or []:
+            tool, args = str(entry.get("tool", "")), dict(entry.get("arguments") or {})
+            says = entry.get("says") or []
+            says = (says,) if isinstance(says, str) else tuple(str(s).strip() for s in says)
+            if tool not in registry:
+                raise SelectionConfigError(f"selection option names unknown tool {tool!r}")
+            props = registry.get(tool).parameters.get("properties", {})
+            for name, value in args.items():
+                allowed = props.get(name, {}).get("enum")
+                if name not in props or (allowed is not None and value not in allowed):
+                    raise SelectionConfigError(f"selection option {tool}: bad {name}={value!r}")
+            if not says or not all(says):
+                raise SelectionConfigError(f"selection option {tool} {args}: no 'says'")
+            options.append(Option(tool, args, says))
+        labels = [o.label for o in options]
+        if len(set(labels)) != len(labels):
+            raise SelectionConfigError(f"selection options repeat: {labels}")
+        return cls(
+            tuple(options),
+            template,
+            float(data.get("tool_margin", 0.0)),
+            bool(data.get("pin", True)),
+        )
+
+
+class ToolSelector:
+    """Scores a request against a profile's options; the last few requests are remembered
+    (a preemptive turn and its confirmation ask about the same words)."""
+
+    def __init__(self, spec: SelectionSpec, scorer: Scorer, cache_size: int = 8):
+        self.spec = spec
+        self._scorer = scorer
+        self._cache: OrderedDict[str, tuple[dict[str, float], float]] = OrderedDict()
+        self._cache_size = cache_size
+        self._flat = [(o, s) for o in spec.options for s in o.says]
+        self.prefixes = [spec.template.format(says=s) for _, s in self._flat]
+
+    def select(self, text: str, allow_none: bool = True, only: str = "") -> Selection | None:
+        """The best option for ``text``; ``allow_none`` False: a tool must be called (tool
+        choice ``required``); ``only``: that tool's options only. None when nothing can be
+        scored (the engine gives no scores, or no option is allowed)."""
+        words = " ".join(text.split())
+        if not words:
+            return None
+        scores, seconds = self._scores(words)
+        if scores is None:
+            return None
+        ranked = sorted(
+            (
+                (score + (self.spec.tool_margin if not o.tool else 0.0), o)
+                for o in self.spec.options
+                if (score := scores.get(o.label)) is not None
+                and (allow_none or o.tool)
+                and (not only or o.tool == only)
+            ),
+            key=lambda t: t[0],
+            reverse=True,
+        )
+        if not ranked:
+            return None
+        margin = ranked[0][0] - ranked[1][0] if len(ranked) > 1 else float("inf")
+        return Selection(ranked[0][1], scores, margin, seconds)
+
+    def _scores(self, words: str) -> tuple[dict[str, float] | None, float]:
+        hit = self._cache.get(words)
+        if hit is not None:
+            self._cache.move_to_end(words)
+            return hit[0], 0.0
+        t0 = time.monotonic()
+        raw = self._scorer(self.prefixes, " " + words)
+        if raw is None:
+            return None, 0.0
+        best: dict[str, float] = {}
+        for (option, _), value in zip(self._flat, raw):
+            label = option.label
+            best[label] = max(best.get(label, float("-inf")), value)
+        seconds = time.monotonic() - t0
+        self._cache[words] = (best, seconds)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return best, seconds
+
+
+def pinned_registry(registry: ToolRegistry, option: Option) -> ToolRegistry:
+    """A registry of ``option``'s tool alone, its pinned arguments required and fixed: the
+    grammar a step decodes under then admits only that call."""
+    tool = registry.get(option.tool)
+    params = copy.deepcopy(tool.parameters)
+    props = params.setdefault("properties", {})
+    for name, value in option.arguments.items():
+        props[name] = {**props.get(name, {}), "enum": [value]}
+    required = list(params.get("required") or [])
+    params["required"] = required + [n for n in option.arguments if n not in required]
+    return ToolRegistry([dataclasses.replace(tool, parameters=params)])

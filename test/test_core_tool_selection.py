@@ -1,0 +1,202 @@
+"""Tool selection by scoring and the reply guard, in the turn runner (synchronous, scripted)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bolt_agent.core.llm.chat_template import Knobs
+from bolt_agent.core.llm.dialogue import Dialogue
+from bolt_agent.core.llm.profile import load_profile
+from bolt_agent.core.llm.reply_guard import ReplyGuard, copied_share
+from bolt_agent.core.llm.scripted_engine import ScriptedEngine
+from bolt_agent.core.llm.tool_selection import (
+    Option,
+    SelectionConfigError,
+    SelectionSpec,
+    ToolSelector,
+    pinned_registry,
+)
+from bolt_agent.core.llm.turn_runner import RunnerConfig, TurnRequest, TurnRunner
+from support.turn_sinks import RecordingSink
+
+NOD = '<|tool_call>call:trigger_reachy_animation{animation_name:<|"|>happy_nod<|"|>}<tool_call|>'
+OFF = Knobs(enable_thinking=False)
+SCAN = '<|tool_call>call:trigger_reachy_animation{animation_name:<|"|>scan_room<|"|>}<tool_call|>'
+
+
+@pytest.fixture(scope="module")
+def reachy():
+    return load_profile("reachy_mini")
+
+
+def favour(words: str, score: float = -5.0, rest: float = -20.0):
+    """A channel scorer that likes the descriptions holding ``words``."""
+    return lambda prefixes, text: [score if words in p else rest for p in prefixes]
+
+
+def runner_for(reachy, scripts, channel, guard=None, **config):
+    engine = ScriptedEngine(scripts)
+    engine.channel = channel
+    dialogue = Dialogue(reachy.persona, [], reachy.nearest(1, short=True))
+    selector = ToolSelector(reachy.selection, engine.channel_scores)
+    # constrained, as the bundled model runs (the scripted engine ignores the grammar, so the
+    # step's validator is what holds it to the chosen call here)
+    cfg = RunnerConfig(constrained=True, **config)
+    return engine, TurnRunner(engine, dialogue, reachy.registry, cfg, selector, guard)
+
+
+def test_the_profiles_options_cover_every_animation_and_no_tool(reachy):
+    labels = {o.label for o in reachy.selection.options}
+    for name in ("curious_tilt", "happy_nod", "scan_room", "wave_antenna"):
+        assert f"trigger_reachy_animation(animation_name={name})" in labels
+    assert "none" in labels
+    assert load_profile("blacksmith_npc").selection.pin
+
+
+@pytest.mark.parametrize(
+    "block, words",
+    [
+        ({"options": [{"tool": "fly", "says": "I fly."}]}, "unknown tool"),
+        (
+            {"options": [{"tool": "trigger_reachy_animation", "arguments": {"animation_name": 1}}]},
+            "bad animation_name",
+        ),
+        ({"options": [{"tool": "trigger_reachy_animation"}]}, "no 'says'"),
+        ({"template": "no placeholder"}, "{says}"),
+    ],
+)
+def test_a_bad_selection_block_is_a_clear_error(reachy, block, words):
+    with pytest.raises(SelectionConfigError, match=words.replace("{", r"\{").replace("}", r"\}")):
+        SelectionSpec.from_config(block, reachy.registry)
+
+
+def test_the_best_explained_option_wins_and_no_tool_needs_no_lead(reachy):
+    selector = ToolSelector(reachy.selection, favour("nod yes"))
+    chosen = selector.select("Could you bob your head for me?")
+    assert chosen.option.arguments == {"animation_name": "happy_nod"}
+    assert chosen.margin == pytest.approx(15.0 - reachy.selection.tool_margin)
+    # every option near the same: a tool must explain the request by tool_margin more
+    level = ToolSelector(reachy.selection, lambda prefixes, text: [-10.0] * len(prefixes))
+    assert level.select("What a day it was.").option.tool == ""
+    assert level.select("What a day it was.", allow_none=False).option.tool  # 'required'
+
+
+def test_a_request_is_scored_once_and_an_engine_without_scores_gives_no_choice(reachy):
+    calls = []
+
+    def scorer(prefixes, text):
+        calls.append(text)
+        return [-1.0] * len(prefixes)
+
+    selector = ToolSelector(reachy.selection, scorer)
+    first, again = selector.select("Look around"), selector.select("  Look   around ")
+    assert len(calls) == 1 and again.seconds == 0.0 and first.option == again.option
+    assert ToolSelector(reachy.selection, lambda p, t: None).select("Look around") is None
+
+
+def test_a_pinned_registry_admits_only_the_chosen_call(reachy):
+    option = Option("trigger_reachy_animation", {"animation_name": "happy_nod"})
+    pinned = pinned_registry(reachy.registry, option)
+    assert pinned.names == ["trigger_reachy_animation"]
+    assert pinned.validate("trigger_reachy_animation", {"animation_name": "happy_nod"}) is None
+    assert pinned.validate("trigger_reachy_animation", {"animation_name": "scan_room"})
+    scan = {"animation_name": "scan_room"}
+    assert reachy.registry.validate("trigger_reachy_animation", scan) is None
+
+
+def test_the_selected_animation_is_shown_and_called_and_the_turn_ends_after_it(reachy):
+    # the model would say and call scan_room; the scores say happy_nod
+    engine, runner = runner_for(reachy, [f"Let me look.{SCAN}", "I see a room."], favour("nod"))
+    sink = RecordingSink()
+    result = runner.run(TurnRequest("t1", "Could you bob your head for me?", OFF), sink)
+    assert result.selection == "trigger_reachy_animation(animation_name=happy_nod)"
+    # the nearest example before the request is a happy_nod one, whatever the words
+    example = engine.prompts[0].split("<|turn>user")[-2]  # the exchange before the request
+    assert "happy_nod" in example and "scan_room" not in example
+    # the validator held the step to the pinned call: scan_room was refused, not dispatched
+    assert not [e for e in sink.events if e[0] == "dispatch"]
+    assert any("scan_room" in e for e in result.errors)
+    nod = runner_for(reachy, [f"Here is a nod.{NOD}", "I nodded."], favour("nod"))[1]
+    sink = RecordingSink()
+    result = nod.run(TurnRequest("t2", "Could you bob your head for me?", OFF), sink)
+    assert sink.kinds() == ["sentence", "dispatch"]
+    assert result.steps == 1  # after_result: end, so no made-up closing line
+
+
+def test_unpinned_scores_decide_only_that_some_tool_is_called(reachy):
+    import dataclasses
+
+    engine, runner = runner_for(reachy, [f"Let me look.{SCAN}"], favour("nod"), max_steps=1)
+    runner.selector = ToolSelector(
+        dataclasses.replace(reachy.selection, pin=False), engine.channel_scores
+    )
+    sink = RecordingSink()
+    result = runner.run(TurnRequest("t1", "Could you bob your head for me?", OFF), sink)
+    assert result.selection.endswith("happy_nod)")
+    assert sink.events[-2][1:] == ("trigger_reachy_animation", {"animation_name": "scan_room"})
+
+
+def test_an_unconstrained_model_chooses_for_itself(reachy):
+    _, runner = runner_for(reachy, [f"Let me look.{SCAN}"], favour("nod"))
+    runner.config = RunnerConfig(constrained=False, max_steps=1)
+    sink = RecordingSink()
+    result = runner.run(TurnRequest("t1", "Look around", OFF), sink)
+    assert result.selection == "" and sink.events[-2][1] == "trigger_reachy_animation"
+
+
+def test_no_tool_is_a_turn_without_calls_and_with_a_reply_example(reachy):
+    engine, runner = runner_for(
+        reachy, ["I am Reachy, a small robot."], favour("I am Reachy", -2.0, -30.0)
+    )
+    sink = RecordingSink()
+    result = runner.run(TurnRequest("t1", "Tell me your name", OFF), sink)
+    assert result.selection == "none" and sink.kinds() == ["sentence"]
+    example = engine.prompts[0].split("<|turn>user")[-2]  # the exchange before the request
+    assert example.startswith("\nHello! What is your name?") and "Hi, I am Reachy" in example
+    assert "call:" not in example
+
+
+def test_a_failed_animation_still_gets_words(reachy):
+    from bolt_agent.core.llm.turn_runner import ToolResult
+
+    _, runner = runner_for(reachy, [f"A nod.{NOD}", "My head is stuck."], favour("nod"))
+    sink = RecordingSink(lambda name, args: ToolResult(ok=False, error="robot unavailable"))
+    result = runner.run(TurnRequest("t1", "nod please", OFF), sink)
+    assert result.steps == 2 and sink.events[-2][2] == "My head is stuck."
+
+
+def test_copied_share_counts_the_users_words_in_order():
+    assert copied_share("Thank you, that was lovely.", "Thank you, that was lovely!") == 1.0
+    assert copied_share("I would like to buy an iron sword", "Aye, one iron sword.") == 2 / 8
+    assert copied_share("", "anything") == 0.0
+    guard = ReplyGuard(0.6)
+    copy = guard.problem("That was lovely.", "Thank you, that was lovely.", [], "Thank you,")
+    assert "copies" in copy
+    assert guard.problem("You are welcome.", "Thank you, that was lovely.", []) is None
+    assert "repeats" in guard.problem("Hello there!", "hi", ["hello there."])
+    assert guard.problem("Yes.", "Yes", []) is None  # too short a request to copy
+
+
+def test_a_copied_first_sentence_is_sampled_again_and_never_spoken(reachy):
+    scripts = ["Thank you, that was lovely.", "You are very welcome."]
+    engine, runner = runner_for(reachy, scripts, None, ReplyGuard())
+    sink = RecordingSink()
+    result = runner.run(TurnRequest("t1", "Thank you, that was lovely.", OFF), sink)
+    said = [e[2] for e in sink.events if e[0] == "sentence"]
+    assert said == ["You are very welcome."] and result.resampled == 1
+    assert result.rejected == ["Thank you, that was lovely."] and len(engine.prompts) == 2
+    assert runner.dialogue.turns[-1].steps[0].content == "You are very welcome."
+
+
+def test_a_line_said_in_an_earlier_turn_is_not_said_again(reachy):
+    scripts = ["Hello friend.", "Hello friend. Nice to see you.", "Hello friend. Good day."]
+    _, runner = runner_for(reachy, scripts, None, ReplyGuard(), resample_tries=1)
+    sink = RecordingSink()
+    runner.run(TurnRequest("t1", "hi", OFF), sink)
+    result = runner.run(TurnRequest("t2", "hi again", OFF), sink)
+    said = [e[2] for e in sink.events if e[0] == "sentence"]
+    # the second turn's first try repeats its first sentence: sampled again; the second try
+    # repeats it too and has no tries left: the sentence is left out, the rest is said
+    assert said == ["Hello friend.", "Good day."]
+    assert result.resampled == 1 and result.rejected == ["Hello friend.", "Hello friend."]
+    assert runner.dialogue.turns[-1].steps[0].content == "Good day."
