@@ -99,14 +99,15 @@ class Profile:
         query, named = _stems(text, slots)
         if named:
             return []
-        scored = []
-        for i, (ex, stems) in enumerate(docs):
-            shared = query & stems
-            score = sum(math.log(1 + len(docs) / df[st]) for st in shared)
-            if shared and (score >= min_score or shared & tool_words):
-                scored.append((score, -i, ex))  # ties: the earlier example in the YAML wins
-        best = sorted(scored, key=lambda t: (t[0], t[1]), reverse=True)[:n]
-        return [ex for _, _, ex in reversed(best)]
+        return _closest(
+            docs,
+            df,
+            query,
+            n,
+            lambda ex, shared, score: (
+                bool(shared) and (score >= min_score or bool(shared & tool_words))
+            ),
+        )
 
     def _nearest_for_option(
         self, text: str, n: int, min_score: float, option: Option
@@ -120,36 +121,30 @@ class Profile:
         query, named = _stems(text, slots)
         if named:
             return []
-        scored = []
-        for i, (ex, stems) in enumerate(docs):
+
+        def keep(ex: Example, shared: set[str], score: float) -> bool:
+            if not option.tool:
+                return not ex.calls and score >= min_score
             first = ex.calls[0] if ex.calls else None
-            shows = first is not None and option.matches(first["name"], first["arguments"])
-            if (option.tool and not shows) or (not option.tool and ex.calls):
-                continue
-            score = sum(math.log(1 + len(docs) / df[st]) for st in query & stems)
-            if option.tool or score >= min_score:
-                scored.append((score, -i, ex))
-        best = sorted(scored, key=lambda t: (t[0], t[1]), reverse=True)[:n]
-        return [ex for _, _, ex in reversed(best)]
+            return first is not None and option.matches(first["name"], first["arguments"])
+
+        return _closest(docs, df, query, n, keep)
 
     @cached_property
     def _option_index(self):
         """``_retrieval_index`` over every example, those without calls too."""
-        slots = _shared_values(self.registry)
-        docs = [(ex, _stems(_example_text(ex), slots)[0]) for ex in self.examples]
-        df: dict[str, int] = {}
-        for _, stems in docs:
-            for st in stems:
-                df[st] = df.get(st, 0) + 1
-        return slots, docs, df, _tool_words(self.registry)
+        return self._index(self.examples)
 
     @cached_property
     def _retrieval_index(self):
         """What ``nearest_examples`` matches against, built once per profile (it runs on every
         prewarm, probe and turn): the shared-value slots, each call example's stems, their
         document frequencies and the tool words."""
+        return self._index([ex for ex in self.examples if ex.calls])
+
+    def _index(self, examples):
         slots = _shared_values(self.registry)
-        docs = [(ex, _stems(_example_text(ex), slots)[0]) for ex in self.examples if ex.calls]
+        docs = [(ex, _stems(_example_text(ex), slots)[0]) for ex in examples]
         df: dict[str, int] = {}
         for _, stems in docs:
             for st in stems:
@@ -169,6 +164,20 @@ class Profile:
             for ex in self.nearest_examples(text, n, min_score, option)
             for m in ex.messages(short)
         ]
+
+
+def _closest(docs, df, query: set[str], n: int, keep) -> list[Example]:
+    """The ``n`` examples of ``docs`` with the most IDF-weighted overlap with ``query`` that
+    ``keep(example, shared stems, score)`` accepts, least similar first (ties: the earlier
+    example in the YAML wins)."""
+    scored = []
+    for i, (ex, stems) in enumerate(docs):
+        shared = query & stems
+        score = sum(math.log(1 + len(docs) / df[st]) for st in shared)
+        if keep(ex, shared, score):
+            scored.append((score, -i, ex))
+    best = sorted(scored, key=lambda t: (t[0], t[1]), reverse=True)[:n]
+    return [ex for _, _, ex in reversed(best)]
 
 
 #: words that say nothing about which example fits ("my" and "me" stay: who owns the item
