@@ -4,8 +4,6 @@ resumption is injected between two tokens (the scripted engine's hook). No ROS, 
 
 from __future__ import annotations
 
-import dataclasses
-
 from bolt_agent.core.llm.chat_template import Knobs
 from bolt_agent.core.llm.dialogue import Dialogue
 from bolt_agent.core.llm.held_turn import COMMITTED, DISCARDED, HeldTurn
@@ -14,8 +12,7 @@ from bolt_agent.core.llm.profile import load_profile
 from bolt_agent.core.llm.scripted_engine import ScriptedEngine
 from bolt_agent.core.llm.turn_runner import RunnerConfig, TurnRequest, TurnRunner
 from bolt_agent.core.llm.turn_scheduler import NotActiveError, TurnScheduler
-from bolt_agent.core.tools.registry import ToolRegistry
-from support.turn_sinks import RecordingSink
+from support.turn_sinks import RecordingSink, speaking_after_results
 
 NO_THINK = Knobs(enable_thinking=False)
 NOD = (
@@ -45,9 +42,7 @@ class Harness:
         self.dialogue = Dialogue(profile.persona, nearest=nearest)
         # the animation's turn goes on after its result here (the profile ends it there:
         # after_result), so a sentence comes after the release as well
-        registry = ToolRegistry(
-            dataclasses.replace(t, after_result="speak") for t in profile.registry
-        )
+        registry = speaking_after_results(profile.registry)
         self.runner = TurnRunner(self.engine, self.dialogue, registry, config)
         self.hints: list[tuple[str, str, float]] = []
         self.cancelled: list[tuple[str, str]] = []

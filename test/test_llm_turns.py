@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from bolt_agent.core.llm.chat_template import Knobs
@@ -14,8 +12,7 @@ from bolt_agent.core.llm.scripted_engine import EOG_PIECE, ScriptedEngine
 from bolt_agent.core.llm.turn_runner import RunnerConfig, ToolResult, TurnRequest, TurnRunner
 from bolt_agent.core.llm.types import SamplingParams
 from bolt_agent.core.models import resolve_model
-from bolt_agent.core.tools.registry import ToolRegistry
-from support.turn_sinks import RecordingSink
+from support.turn_sinks import RecordingSink, speaking_after_results
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +33,7 @@ def runner_for(engine, speak_after_result: bool = False, **cfg):
     )
     registry = profile.registry
     if speak_after_result:  # the profile ends a turn at an animation's result (after_result)
-        registry = ToolRegistry(dataclasses.replace(t, after_result="speak") for t in registry)
+        registry = speaking_after_results(registry)
     return TurnRunner(engine, Dialogue(profile.persona), registry, config)
 
 
@@ -202,7 +199,7 @@ def scripted_runner(scripts, **cfg):
     """Orchestration cases chain steps after tool results: the animation speaks after its
     result here (the profile ends the turn there: ``after_result``)."""
     profile = load_profile("reachy_mini")
-    registry = ToolRegistry(dataclasses.replace(t, after_result="speak") for t in profile.registry)
+    registry = speaking_after_results(profile.registry)
     return TurnRunner(
         ScriptedEngine(scripts), Dialogue(profile.persona), registry, RunnerConfig(**cfg)
     )

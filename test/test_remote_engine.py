@@ -21,7 +21,7 @@ from bolt_agent.core.llm.turn_runner import RunnerConfig, TurnRequest, TurnRunne
 from bolt_agent.core.llm.types import SamplingParams
 from bolt_agent.core.models import resolve_model
 from support.remote_server import LlamaServer, free_port
-from support.turn_sinks import RecordingSink
+from support.turn_sinks import RecordingSink, speaking_after_results
 
 MODEL = str(resolve_model("", kind="llm"))
 
@@ -48,7 +48,9 @@ def runner_for(engine, **cfg) -> TurnRunner:
         max_speech_chars=cfg.pop("max_speech_chars", 60),
         **cfg,
     )
-    runner = TurnRunner(engine, Dialogue(profile.persona), profile.registry, config)
+    # the tool result goes back to the server for a next step (the profile ends the turn there)
+    registry = speaking_after_results(profile.registry)
+    runner = TurnRunner(engine, Dialogue(profile.persona), registry, config)
     engine.watch_cancel(lambda: runner.cancel_token)
     return runner
 

@@ -32,8 +32,9 @@ def start_llm(node_process, ns: str, **params):
 class Recorder:
     """Test-side node: SpokenText subscriber, PlayAnimation server, prompt publisher."""
 
-    def __init__(self, node, serve_animation: bool = True):
+    def __init__(self, node, serve_animation: bool = True, animation_ok: bool = True):
         self.node = node
+        self.animation_ok = animation_ok  # False: every animation fails ("the head is stuck")
         self.said: list[tuple[float, SpokenText]] = []
         self.goals: list[tuple[float, PlayAnimation.Goal]] = []
         self.tool_events: list[dict] = []
@@ -68,6 +69,8 @@ class Recorder:
     def _execute(self, goal_handle):
         self.goals.append((time.monotonic(), goal_handle.request))
         goal_handle.succeed()
+        if not self.animation_ok:
+            return PlayAnimation.Result(success=False, message="the head is stuck")
         return PlayAnimation.Result(success=True, message="played")
 
     def turn_over(self, turn_id: str) -> bool:

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from concurrent.futures import Future
 
 from bolt_agent.core.llm.turn_runner import ToolResult
+from bolt_agent.core.tools.registry import ToolRegistry
+
+
+def speaking_after_results(registry: ToolRegistry) -> ToolRegistry:
+    """``registry`` with every tool's turn going on after its result: cases about the steps
+    after a tool (the profiles end a turn at an animation's result: ``after_result: end``)."""
+    return ToolRegistry(dataclasses.replace(t, after_result="speak") for t in registry)
 
 
 class RecordingSink:
