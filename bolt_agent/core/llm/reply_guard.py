@@ -12,7 +12,6 @@ import re
 from collections.abc import Iterable
 
 _WORD = re.compile(r"[a-z0-9']+")
-_SENTENCE_END = re.compile(r"(?<=[.!?…])\s+")
 
 
 def words(text: str) -> list[str]:
@@ -32,10 +31,6 @@ def copied_share(user: str, reply: str) -> float:
             cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
         prev = cur
     return prev[-1] / len(a)
-
-
-def sentences(text: str) -> list[str]:
-    return [s for s in _SENTENCE_END.split(text.strip()) if s]
 
 
 def sentence_key(text: str) -> str:
