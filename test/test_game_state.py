@@ -7,12 +7,13 @@ import json
 import pytest
 import yaml
 from rclpy.action import ActionClient
-from std_msgs.msg import String
 
 from bolt_agent.core.paths import config_dir
 from bolt_agent.core.tools.game_state import TOOL_SCHEMAS, GameState, GameTools, TradeRefused
 from bolt_agent.nodes import qos
+from bolt_agent.nodes.messages import game_state_dict
 from bolt_agent_interfaces.action import ExecuteTool
+from bolt_agent_interfaces.msg import GameState as GameStateMsg
 from support.ros_helpers import ros_node, spin_until
 
 
@@ -143,8 +144,9 @@ def test_node_serves_tools_and_publishes_state(node_process, unique_ns):
                         f"__ns:={unique_ns}", name="game_state_node")  # fmt: skip
     states: list[dict] = []
     with ros_node("game_client", unique_ns) as (node, executor):
-        node.create_subscription(String, "game/state", lambda m: states.append(json.loads(m.data)),
-                                 qos.LATCHED)  # fmt: skip
+        node.create_subscription(
+            GameStateMsg, "game/state", lambda m: states.append(game_state_dict(m)), qos.LATCHED
+        )
         client = ActionClient(node, ExecuteTool, "game/execute_tool")
         spin_until(executor, client.server_is_ready, 30, "the game_state_node action server")
         spin_until(executor, lambda: states, 10, "the latched initial state")

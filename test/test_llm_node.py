@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -81,9 +82,8 @@ def test_converse_knobs_thinking_budget_and_second_step(node_process, unique_ns)
         spin_until(executor, result_future.done, 90, "converse result")
         result = result_future.result().result
         assert 0 < result.thinking_tokens <= 16
-        assert len(result.tool_calls) == 1 and result.tool_calls[0].startswith(
-            "trigger_reachy_animation "
-        )
+        assert [c.name for c in result.tool_calls] == ["trigger_reachy_animation"]
+        assert "animation_name" in json.loads(result.tool_calls[0].arguments_json)
         assert "".join(feedback).strip() and result.spoken_text
         turn_id = rec.goals[0][1].turn_id
         spin_until(executor, lambda: rec.turn_over(turn_id), 10, "end of turn marker")

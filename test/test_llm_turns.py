@@ -254,7 +254,9 @@ def test_a_constrained_turn_whose_model_stops_inside_its_thought_still_answers()
     result = runner.run(TurnRequest("t1", "Look around.", knobs, "required"), RecordingSink())
     assert result.thinking_text == "Looking around."
     assert result.spoken_text.startswith("Sure!")
-    assert result.tool_calls == ['trigger_reachy_animation {"animation_name": "scan_room"}']
+    assert result.tool_calls == [
+        {"name": "trigger_reachy_animation", "arguments": {"animation_name": "scan_room"}}
+    ]
     # free mode is not the grammar's: a model that stops inside its thought ends the turn
     runner = scripted_runner(["<|channel>thought\n" + script], constrained=False)
     result = runner.run(TurnRequest("t2", "Look around.", knobs, "auto"), RecordingSink())

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 import pytest
-from sensor_msgs.msg import Image
+from sensor_msgs.msg import CameraInfo, Image
 
 from bolt_agent.core.vision.image_conv import from_image_fields, to_image_fields
 from bolt_agent.nodes import qos
@@ -35,13 +35,25 @@ def test_video_file_publishes_scene_and_images(node_process, unique_ns, tmp_path
     video = write_video(tmp_path / "scenario.avi", scenario_frames())
     scenes: list[SceneDescription] = []
     images: list[Image] = []
+    infos: list[CameraInfo] = []
+    calibration = tmp_path / "camera.yaml"  # as the ROS camera calibrator writes it, at 640x480
+    calibration.write_text(
+        "image_width: 640\nimage_height: 480\ncamera_name: test_cam\n"
+        "camera_matrix: {rows: 3, cols: 3, data: [600, 0, 320, 0, 610, 240, 0, 0, 1]}\n"
+        "distortion_model: plumb_bob\n"
+        "distortion_coefficients: {rows: 1, cols: 5, data: [0.1, -0.2, 0, 0, 0]}\n"
+    )
     with ros_node("perception_test") as (node, executor):
+        node.create_subscription(
+            CameraInfo, f"{unique_ns}/camera/camera_info", infos.append, qos.SENSOR
+        )
         node.create_subscription(
             SceneDescription, f"{unique_ns}/perception/scene", scenes.append, qos.RELIABLE
         )
         node.create_subscription(Image, f"{unique_ns}/camera/image_raw", images.append, qos.SENSOR)
         proc = start(node_process, unique_ns, camera=str(video), loop=True, rate_hz=20.0,
-                     width=320, height=240, check_rate_hz=4.0)  # fmt: skip
+                     width=320, height=240, check_rate_hz=4.0,
+                     camera_info_file=str(calibration))  # fmt: skip
         expected = (
             "a person appeared on the left",
             "something started moving",
@@ -62,14 +74,23 @@ def test_video_file_publishes_scene_and_images(node_process, unique_ns, tmp_path
     assert "the light got darker" in changes and "the light got brighter" in changes
     person = next(s for s in scenes if "a person appeared on the left" in s.changes)
     assert person.people_count == 1 and person.people_boxes[0].x_offset < 320 / 3
-    assert person.header.frame_id == "camera" and person.summary.startswith("1 person (left)")
+    optical = "camera_optical_frame"
+    assert person.header.frame_id == optical and person.summary.startswith("1 person (left)")
     img = images[-1]
     assert (img.width, img.height, img.encoding, img.header.frame_id) == (
         320,
         240,
         "bgr8",
-        "camera",
+        optical,
     )
+    # camera_info: one per image with its stamp and frame, the 640x480 calibration at 320x240
+    stamps = {(i.header.stamp.sec, i.header.stamp.nanosec) for i in infos}
+    assert any((i.header.stamp.sec, i.header.stamp.nanosec) in stamps for i in images)
+    info = infos[-1]
+    assert (info.width, info.height, info.header.frame_id) == (320, 240, optical)
+    assert list(info.k) == pytest.approx([300, 0, 160, 0, 305, 120, 0, 0, 1])
+    assert list(info.d) == pytest.approx([0.1, -0.2, 0, 0, 0])
+    assert list(info.p) == pytest.approx([300, 0, 160, 0, 0, 305, 120, 0, 0, 0, 1, 0])
     frame = from_image_fields(img.height, img.width, img.encoding, img.step, img.data)
     assert frame.shape == (240, 320, 3) and frame.mean() > 10
 

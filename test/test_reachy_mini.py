@@ -144,9 +144,9 @@ def test_every_animation_moves_the_simulated_robot_as_its_keyframes_say(
             assert result.success, f"{name}: {result.message}"
             rig.spin_for_states(5)  # the states measured at and just after its last keyframe
             # the motion starts with its first command; keyframe times count from there
-            t0 = next(t for t, m in rig.rx.commands if t >= sent and m.header.frame_id == "llm")
+            t0 = next(t for t, m in rig.rx.commands if t >= sent and m.origin == "llm")
             states = [(t, m) for t, m in rig.rx.states if t >= t0]
-            mine = [(t, m) for t, m in rig.rx.commands if t >= t0 and m.header.frame_id == "llm"]
+            mine = [(t, m) for t, m in rig.rx.commands if t >= t0 and m.origin == "llm"]
             lags[name] = lag = tracking_lag(mine, states) + 0.04  # + both sides' 20 ms period
             errors = []
             for t_kf, pose in keyframe_poses(name):
@@ -207,7 +207,7 @@ def test_poses_beyond_reachy_mini_are_refused_before_they_reach_it(node_process,
             rig.joint_pub.publish(JointState(name=names, position=values))
 
             def refusals(n=n) -> list[dict]:  # (the connection's own event may come first)
-                return [e for e in rig.rx.events[n:] if e["event"] == "rejected"]
+                return [e for e in rig.rx.events[n:] if e.event == "rejected"]
 
             spin_until(ex, refusals, 10, "the refusal")
             assert why in refusals()[0]["reason"], refusals()

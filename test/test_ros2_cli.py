@@ -18,7 +18,6 @@ The bundled LLM is a tiny base model: its words are nonsense, so turns are check
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import signal
@@ -33,16 +32,24 @@ from pathlib import Path
 
 import pytest
 import yaml
-from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, String
 
 from bolt_agent.nodes.action_client import ActionClient
 from bolt_agent.nodes.llm_params import LlmParams
+from bolt_agent.nodes.messages import tool_event_dict
 from bolt_agent.nodes.params import descriptor, parameter_fields
 from bolt_agent.nodes.qos import AUDIO, LATCHED, RELIABLE
 from bolt_agent.stack.table import defaults, select
 from bolt_agent_interfaces.action import PlayAnimation
-from bolt_agent_interfaces.msg import AudioChunk, SpokenText, TtsState, TurnMetrics
+from bolt_agent_interfaces.msg import (
+    AnimationEvent,
+    AudioChunk,
+    JointCommand,
+    SpokenText,
+    ToolEvent,
+    TtsState,
+    TurnMetrics,
+)
 from support.ros_helpers import (
     Ros2Launch,
     Streaming,
@@ -148,8 +155,8 @@ class Probe:
 
     def __init__(self, node, ns: str):
         self.node, self.ns = node, ns
-        self.commands: list[JointState] = []
-        self.events: list[dict] = []
+        self.commands: list[JointCommand] = []
+        self.events: list[AnimationEvent] = []
         self.said: list[SpokenText] = []
         self.tool_events: list[dict] = []
         self.tts: list[TtsState] = []
@@ -161,10 +168,10 @@ class Probe:
         def sub(msg_type, topic, callback, qos=RELIABLE):
             node.create_subscription(msg_type, self.topic(topic), callback, qos)
 
-        sub(JointState, "robot/joint_commands", self.commands.append)
-        sub(String, "animation/events", lambda m: self.events.append(json.loads(m.data)))
+        sub(JointCommand, "robot/joint_commands", self.commands.append)
+        sub(AnimationEvent, "animation/events", self.events.append)
         sub(SpokenText, "speech/say", self.said.append)
-        sub(String, "llm/tool_events", lambda m: self.tool_events.append(json.loads(m.data)))
+        sub(ToolEvent, "llm/tool_events", lambda m: self.tool_events.append(tool_event_dict(m)))
         sub(TtsState, "tts/state", self.tts.append, LATCHED)
         sub(TurnMetrics, "bolt/turn_metrics", self.metrics.append)
         sub(AudioChunk, "audio/output", self._on_audio, AUDIO)
@@ -322,9 +329,7 @@ def test_readme_joint_command_drives_the_joints(operator):
     def reached() -> bool:
         for m in probe.commands[since:]:
             pose = dict(zip(m.name, m.position, strict=True))
-            if m.header.frame_id == "teleop" and all(
-                abs(pose[j] - v) < 1e-3 for j, v in target.items()
-            ):
+            if m.origin == "teleop" and all(abs(pose[j] - v) < 1e-3 for j, v in target.items()):
                 return True
         return False
 
@@ -340,9 +345,7 @@ def test_readme_animation_plays(operator):
     wait_until(lambda: accepted in probe.events[since_events:], 20, f"{accepted} on events")
 
     def poses() -> set[tuple[float, ...]]:
-        return {
-            tuple(m.position) for m in probe.commands[since_cmds:] if m.header.frame_id == "teleop"
-        }
+        return {tuple(m.position) for m in probe.commands[since_cmds:] if m.origin == "teleop"}
 
     wait_until(lambda: len(poses()) > 10, 20, f"{name} moving the joints (teleop)")
 
@@ -402,9 +405,7 @@ def test_readme_mute_holds_speech_and_tools(operator):
     assert [m for m in probe.said if m.turn_id == turn] == []
     assert [e for e in probe.tool_events if e["turn_id"] == turn] == []
     llm_goals = [
-        e
-        for e in probe.events[since_events:]
-        if e["event"] == "accepted" and e.get("source") == "llm"
+        e for e in probe.events[since_events:] if e.event == "accepted" and e.source == "llm"
     ]
     assert llm_goals == []
 

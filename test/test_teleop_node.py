@@ -73,12 +73,12 @@ def test_override_race_across_processes(rig):
     assert len(held) >= 5 and len(during_override) >= 5
     # every goal sent during an override (and answered before its end) was rejected
     assert [f.result().accepted for f in during_override] == [False] * len(during_override)
-    llm = [stamp(m) for _, m in rig.rx.commands if m.header.frame_id == "llm"]
+    llm = [stamp(m) for _, m in rig.rx.commands if m.origin == "llm"]
     assert len(llm) > 20  # llm motion did run between the override windows
     violations = [t for t in llm if any(on <= t <= off for on, off in held)]
     assert violations == []
-    rejected = [e for e in rig.rx.events if e["event"] == "rejected"]
-    assert any("override" in e["reason"] for e in rejected)
+    rejected = [e for e in rig.rx.events if e.event == "rejected"]
+    assert any("override" in e.reason for e in rejected)
 
 
 def test_override_cancels_running_llm_goal_and_is_latched(rig):
@@ -114,7 +114,7 @@ def test_teleop_joint_command_drives_the_robot_clamped(rig):
         "the yaw limit",
     )
     cmds = [m for _, m in rig.rx.commands]
-    assert {m.header.frame_id for m in cmds} == {"teleop"}
+    assert {m.origin for m in cmds} == {"teleop"}
     prev = [0.0] * len(JOINTS)
     for m in cmds:
         for j, p, q in zip(JOINTS, prev, m.position, strict=True):
@@ -140,7 +140,7 @@ def test_teleop_animation_wins_over_llm(rig):
     rig.anim_pub.publish(String(data="moonwalk"))
     spin_until(
         rig.executor,
-        lambda: any("moonwalk" in e.get("reason", "") for e in rig.rx.events),
+        lambda: any("moonwalk" in e.reason for e in rig.rx.events),
         5.0,
         "the rejection event",
     )

@@ -49,25 +49,27 @@ def bench_control_loop(rate_hz: float, seconds: float) -> dict:
     from rclpy.context import Context
     from rclpy.executors import MultiThreadedExecutor
     from rclpy.parameter import Parameter
-    from sensor_msgs.msg import JointState
 
     from bolt_agent.nodes import qos
     from bolt_agent.nodes.animation_node import AnimationNode
+    from bolt_agent_interfaces.msg import JointCommand
 
     context = Context()
     rclpy.init(context=context)
     overrides = [Parameter("rate_hz", value=rate_hz), Parameter("idle_after_s", value=0.0)]
     node = AnimationNode(context=context, parameter_overrides=overrides, namespace=NS)
+    node.trigger_configure()
+    node.trigger_activate()
     probe = rclpy.create_node("bench_probe", context=context)
     stamps, latencies = [], []
 
-    def on_cmd(msg: JointState) -> None:
+    def on_cmd(msg: JointCommand) -> None:
         now = time.time()
         t = msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9
         stamps.append(t)
         latencies.append(now - t)
 
-    probe.create_subscription(JointState, f"{NS}/robot/joint_commands", on_cmd, qos.RELIABLE)
+    probe.create_subscription(JointCommand, f"{NS}/robot/joint_commands", on_cmd, qos.RELIABLE)
     executor = MultiThreadedExecutor(num_threads=4, context=context)
     executor.add_node(node)
     executor.add_node(probe)

@@ -129,9 +129,8 @@ def _one_turn(client, Converse, request, said, metrics, done):
         done.wait_for(lambda: turn_id in metrics, timeout=10)
         m = metrics.get(turn_id)
         record.sentences = list(said.get(turn_id, []))
-    for line in response.result.tool_calls:  # the goals sent, in order: "name {json}"
-        name, _, args = line.partition(" ")
-        record.calls.append({"name": name, "arguments": json.loads(args or "{}")})
+    for call in response.result.tool_calls:  # the goals sent, in order
+        record.calls.append({"name": call.name, "arguments": json.loads(call.arguments_json)})
     record.completion_tokens = response.result.completion_tokens
     if m is not None and _stamp(m.first_tool_goal) > 0:
         speech = _stamp(m.first_speech)

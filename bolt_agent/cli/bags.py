@@ -80,7 +80,7 @@ def cmd_play(args: argparse.Namespace) -> int:
     player = None
     try:
         player = BagPlayer(node, args.bag, args.rate, args.loop, remap, args.topics,
-                           args.wait_subscribers)  # fmt: skip
+                           args.wait_subscribers, args.clock)  # fmt: skip
         player.start()
         while not player.done.is_set():
             executor.spin_once(timeout_sec=0.05)
@@ -126,6 +126,9 @@ def add_parser(sub) -> None:
     play.add_argument("--topics", nargs="+", help="only these topics")
     play.add_argument("--wait-subscribers", type=float, default=5.0, metavar="S",
                       help="wait up to S seconds for a subscriber on every topic")  # fmt: skip
+    play.add_argument("--clock", type=float, nargs="?", const=40.0, default=0.0, metavar="HZ",
+                      help="publish /clock from the bag's time (HZ a second, default 40), for "
+                      "nodes with use_sim_time")  # fmt: skip
     play.set_defaults(func=run, bag_func=cmd_play)
 
     info = verbs.add_parser("info", help="topics, types, counts and duration of a bag")

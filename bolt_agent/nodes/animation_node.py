@@ -1,31 +1,26 @@
 """animation_node: the ``animation/play`` action server, teleop override, joint commands.
+Logic: ``core.motion.animation_control``. A control thread (absolute schedule, no drift) steps
+the controller, sends commands through a ``RobotLink`` (backend + connection: lost, why,
+reconnect), publishes ``robot/joint_commands`` (JointCommand, ``origin`` llm | teleop | idle) and
+``robot/joint_states``, what the robot measures. A lost robot aborts the goals with the reason and
+turns ``/diagnostics`` ERROR. Decisions and outcomes go to ``animation/events``; the override
+state is latched on ``teleop/override_state``.
 
-Logic lives in ``core.motion.animation_control.AnimationController``; this node wires it to ROS.
-A dedicated control thread (absolute schedule, no drift, independent of the executor) steps the
-controller, sends its commands through a ``RobotLink`` (the backend and its connection: lost,
-why, reconnect) and publishes ``robot/joint_commands`` (JointState, ``header.frame_id`` =
-origin: llm | teleop | idle) and ``robot/joint_states``, what the robot measures. A lost robot
-aborts the goals with the reason and turns ``/diagnostics`` ERROR. Goal decisions and outcomes are
-logged and published as JSON on ``animation/events``; the override state is latched on
-``teleop/override_state``.
-
-Goals: a goal's execute callback starts when its motion starts (queued goals stay ACCEPTED) and
-blocks an executor thread until the controller reports its outcome (needs the runtime's
-MultiThreadedExecutor; rclpy's coroutine callbacks would busy-poll instead).
+Goals: execute starts when the motion starts (queued goals stay ACCEPTED) and blocks an executor
+thread until the outcome (the runtime's MultiThreadedExecutor; coroutines would busy-poll).
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from rclpy._rclpy_pybind11 import RCLError
 from rclpy.action import CancelResponse, GoalResponse
 from rclpy.action.server import ServerGoalHandle
 from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.lifecycle import TransitionCallbackReturn
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool, String
 
@@ -34,11 +29,16 @@ from bolt_agent.core.motion.animation_control import AnimationController, Outcom
 from bolt_agent.core.motion.backends import make_backend
 from bolt_agent.core.motion.robot_link import LinkEvent, RobotLink
 from bolt_agent.nodes import qos
-from bolt_agent.nodes.base import BoltNode
+from bolt_agent.nodes.animation_params import AnimationParams
+from bolt_agent.nodes.distro import RCLError
+from bolt_agent.nodes.lifecycle import BoltLifecycleNode
+from bolt_agent.nodes.messages import joint_command
 from bolt_agent.nodes.operator_switch import OperatorSwitch
-from bolt_agent.nodes.params import param
 from bolt_agent.nodes.runtime import main_for
 from bolt_agent_interfaces.action import PlayAnimation
+from bolt_agent_interfaces.msg import AnimationEvent, JointCommand
+
+DEACTIVATED = "animation_node deactivated"  # why goals end then (the robot itself is fine)
 
 
 @dataclass
@@ -49,68 +49,27 @@ class _Goal:
     executing: bool = False
 
 
-@dataclass(frozen=True)
-class AnimationParams:
-    animations_file: str = param(
-        "", "animation library YAML ('' = config/animations.yaml)", load_time=True
-    )
-    rate_hz: float = param(
-        50.0, "control rate of robot/joint_commands (50-100 Hz)", low=1.0, load_time=True
-    )
-    policy: str = param(
-        "preempt",
-        "what a new goal does to a running one",
-        choices=("preempt", "queue", "reject"),
-        load_time=True,
-    )
-    backend: str = param(
-        "sim",
-        "robot backend: sim (echoes commands as robot/joint_states) | reachy_mini (Pollen's "
-        "SDK: the real robot, or its daemon simulating it in MuJoCo)",
-        load_time=True,
-        choices=("sim", "reachy_mini"),
-    )
-    reachy_host: str = param("localhost", "reachy_mini: the daemon's host", load_time=True)
-    reachy_port: int = param(
-        8000, "reachy_mini: the daemon's HTTP/websocket port", load_time=True, low=1, high=65535
-    )
-    connect_timeout_s: float = param(
-        5.0, "reachy_mini: how long one connection attempt waits", load_time=True, low=0.1
-    )
-    reconnect_max_s: float = param(
-        8.0,
-        "longest wait between reconnection attempts once the robot is lost (the first is "
-        "0.5 s, doubling)",
-        load_time=True,
-        low=0.1,
-    )
-    wake_up_on_start: bool = param(
-        False, "reachy_mini: play the robot's wake-up motion once connected", load_time=True
-    )
-    sleep_on_stop: bool = param(
-        False, "reachy_mini: put the robot in its resting pose when the node stops", load_time=True
-    )
-    idle_animation: str = param(
-        "breathing",
-        "looped while nothing else plays ('' = off; off during override)",
-        load_time=True,
-    )
-    idle_after_s: float = param(
-        3.0, "quiet time before the idle animation starts", low=0.0, load_time=True
-    )
-    feedback_rate_hz: float = param(
-        10.0, "action feedback (progress) rate", low=0.1, load_time=True
-    )
-
-
-class AnimationNode(BoltNode):
-    """Loads at construction (library, backend, control thread): every parameter is read once,
-    at start."""
+class AnimationNode(BoltLifecycleNode):
+    """A lifecycle node: configure loads the library and connects the backend (the robot, or
+    Pollen's daemon), activate starts the control thread, deactivate stops it (goals abort, the
+    robot holds its pose), cleanup releases the backend (resting pose first with
+    ``sleep_on_stop``)."""
 
     Params = AnimationParams
 
     def __init__(self, **node_kwargs) -> None:  # e.g. context=, parameter_overrides=
         super().__init__("animation_node", **node_kwargs)
+        self.backend = self.controller = self.link = self.action_server = None
+        self.override_switch = None
+        self._entities: list[Any] = []
+        self._goals: dict[str, _Goal] = {}
+        self._goals_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._ticks = 0
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def configure(self) -> TransitionCallbackReturn:
         p = self.params
         library = AnimationLibrary.load(p.animations_file or None)
         self.backend = make_backend(  # (the sim backend takes no connection options)
@@ -132,29 +91,29 @@ class AnimationNode(BoltNode):
             self.get_logger().error(f"animation {name!r} refused: {why}")
         self.link = RobotLink(self.backend, max_retry_s=p.reconnect_max_s)
         self._feedback_every = max(1, round(p.rate_hz / max(p.feedback_rate_hz, 0.1)))
-        self._ticks = 0
-        self._goals: dict[str, _Goal] = {}
-        self._goals_lock = threading.Lock()
+        self._period = 1.0 / p.rate_hz
 
-        self.cmd_pub = self.create_publisher(JointState, "robot/joint_commands", qos.RELIABLE)
+        self.cmd_pub = self.create_publisher(JointCommand, "robot/joint_commands", qos.RELIABLE)
         self.state_pub = self.create_publisher(JointState, "robot/joint_states", qos.RELIABLE)
-        self.events_pub = self.create_publisher(String, "animation/events", qos.RELIABLE)
+        self.events_pub = self.create_publisher(AnimationEvent, "animation/events", qos.RELIABLE)
         self.override_pub = self.create_publisher(Bool, "teleop/override_state", qos.LATCHED)
-        self.override_pub.publish(Bool(data=False))
 
         inputs = ReentrantCallbackGroup()
         # latched and volatile publishers alike, each sample once and in order
         self.override_switch = OperatorSwitch(
             self, "teleop/override", self._on_override, callback_group=inputs
         )
-        self.create_subscription(
-            JointState, "teleop/joint_command", self._on_teleop_joints, qos.RELIABLE,
-            callback_group=inputs,
-        )  # fmt: skip
-        self.create_subscription(
-            String, "teleop/animation", self._on_teleop_animation, qos.RELIABLE,
-            callback_group=inputs,
-        )  # fmt: skip
+        self._entities = [
+            *self.override_switch.subscriptions,
+            self.create_subscription(
+                JointState, "teleop/joint_command", self._on_teleop_joints, qos.RELIABLE,
+                callback_group=inputs,
+            ),
+            self.create_subscription(
+                String, "teleop/animation", self._on_teleop_animation, qos.RELIABLE,
+                callback_group=inputs,
+            ),
+        ]  # fmt: skip
         self.action_server = self.create_action_server(
             PlayAnimation,
             "animation/play",
@@ -164,14 +123,50 @@ class AnimationNode(BoltNode):
             cancel_callback=self._on_cancel,
             callback_group=inputs,
         )
-        self._period = 1.0 / p.rate_hz
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._control_loop, name="animation_control")
-        self._thread.start()
         self.get_logger().info(
             f"animations: {', '.join(sorted(library.animations))}; {p.rate_hz:.0f} Hz, "
             f"policy={p.policy}, backend={p.backend}, idle={p.idle_animation or 'off'}"
         )
+        return TransitionCallbackReturn.SUCCESS
+
+    def activate(self) -> TransitionCallbackReturn:
+        if self.controller.robot_reason == DEACTIVATED:  # paused, not lost: motion may go on
+            self.controller.robot_back(None)
+        self.override_pub.publish(Bool(data=self.controller.override))
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._control_loop, name="animation_control")
+        self._thread.start()
+        return TransitionCallbackReturn.SUCCESS
+
+    def deactivate(self) -> None:
+        """Stop the control thread; goals still running or queued abort with the reason."""
+        self._stop.set()
+        if self._thread is not None and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=2.0)
+        self._thread = None
+        if self.controller is not None:
+            self.controller.robot_lost(DEACTIVATED)
+            for outcome in self.controller.take_outcomes():
+                self._complete(outcome)
+
+    def cleanup(self) -> None:
+        """Release the robot (resting pose first with ``sleep_on_stop``) and what configure
+        made."""
+        if self.backend is not None:
+            if self.params.sleep_on_stop and self.link is not None and self.link.connected:
+                try:
+                    self.backend.goto_sleep()
+                except Exception as exc:
+                    self.get_logger().warning(f"resting pose at stop failed: {exc!r}")
+            self.backend.close()
+        if self.action_server is not None:
+            self.action_server.destroy()
+        for sub in self._entities:
+            self.destroy_subscription(sub)
+        for pub in (self.cmd_pub, self.state_pub, self.events_pub, self.override_pub):
+            self.destroy_publisher(pub)
+        self.backend = self.controller = self.link = self.action_server = None
+        self.override_switch, self._entities = None, []
 
     # -- control loop ---------------------------------------------------------------------------
     def _control_loop(self) -> None:
@@ -203,10 +198,12 @@ class AnimationNode(BoltNode):
         if result.command is not None:
             cmd = result.command
             lost = self.link.send(cmd.positions)
-            self.cmd_pub.publish(self._joint_state(cmd.positions, stamp, cmd.origin))
+            command = joint_command(self.controller.lib.joints, cmd.positions, cmd.origin)
+            command.header.stamp = stamp
+            self.cmd_pub.publish(command)
         measured, lost_reading = self.link.read_state()
         if measured is not None:  # what the robot measures, never the last command
-            self.state_pub.publish(self._joint_state(measured, stamp, ""))
+            self.state_pub.publish(self._joint_state(measured, stamp))
         self._link_changed(lost or lost_reading)
         for goal_id in result.started:
             self._start_execute(goal_id)
@@ -229,7 +226,7 @@ class AnimationNode(BoltNode):
             self.controller.robot_lost(event.reason)
             self.record_failure("robot_lost", message)
             self.status("ERROR", message)
-            self._event("robot_lost", reason=event.reason)
+            self._event(AnimationEvent.EVENT_ROBOT_LOST, reason=event.reason)
             return
         pose = event.pose
         if self.params.wake_up_on_start and self.link.losses == 0:
@@ -240,14 +237,13 @@ class AnimationNode(BoltNode):
                 self.record_failure("wake_up", f"wake-up motion failed: {exc!r}")
         self.controller.robot_back(pose)
         self.status("OK", f"robot connected: {self.backend.where}")
-        self._event("robot_connected", where=self.backend.where)
+        self._event(AnimationEvent.EVENT_ROBOT_CONNECTED, reason=self.backend.where)
 
-    def _joint_state(self, positions, stamp, origin: str) -> JointState:
+    def _joint_state(self, positions, stamp) -> JointState:
         msg = JointState(
             name=list(self.controller.lib.joints), position=[float(x) for x in positions]
         )
         msg.header.stamp = stamp
-        msg.header.frame_id = origin
         return msg
 
     def _start_execute(self, goal_id: str) -> None:
@@ -260,7 +256,7 @@ class AnimationNode(BoltNode):
         goal.handle.execute()
 
     def _complete(self, outcome: Outcome) -> None:
-        self._event(outcome.status, goal=outcome.goal_id[:8], reason=outcome.message)
+        self._event(outcome.status, goal_id=outcome.goal_id, reason=outcome.message)
         with self._goals_lock:
             goal = self._goals.get(outcome.goal_id)
         if goal is not None:
@@ -274,7 +270,10 @@ class AnimationNode(BoltNode):
         if not decision.accepted:
             self.get_logger().warning(f"goal {goal.name!r} rejected: {decision.reason}")
             self._event(
-                "rejected", name=goal.name, source=goal.source or "llm", reason=decision.reason
+                AnimationEvent.EVENT_REJECTED,
+                name=goal.name,
+                source=goal.source or PlayAnimation.Goal.SOURCE_LLM,
+                reason=decision.reason,
             )
             return GoalResponse.REJECT
         return GoalResponse.ACCEPT
@@ -287,7 +286,10 @@ class AnimationNode(BoltNode):
         decision = self.controller.submit(goal_id, request.name, request.speed, request.source)
         if decision.accepted:
             self._event(
-                "accepted", goal=goal_id[:8], name=request.name, source=request.source or "llm"
+                AnimationEvent.EVENT_ACCEPTED,
+                goal_id=goal_id,
+                name=request.name,
+                source=request.source or PlayAnimation.Goal.SOURCE_LLM,
             )
         else:  # the state changed since goal_callback (e.g. override switched on): abort it
             self._complete(Outcome(goal_id, "aborted", decision.reason))
@@ -324,32 +326,47 @@ class AnimationNode(BoltNode):
         self.controller.set_override(on)  # aborts llm goals before the state is announced
         self.override_pub.publish(Bool(data=on))
         self.get_logger().info(f"teleop override {'ON' if on else 'off'}")
-        self._event("override", on=on)
+        self._event(AnimationEvent.EVENT_OVERRIDE, override_on=on)
 
     def _on_teleop_joints(self, msg: JointState) -> None:
         names = list(msg.name) or list(self.controller.lib.joints)[: len(msg.position)]
         if len(names) != len(msg.position):
-            self._reject_teleop("joint_command", "name and position lengths differ")
+            self._reject_teleop(
+                AnimationEvent.INPUT_JOINT_COMMAND, "name and position lengths differ"
+            )
             return
         decision = self.controller.teleop_pose(dict(zip(names, msg.position, strict=True)))
         if not decision.accepted:
-            self._reject_teleop("joint_command", decision.reason)
+            self._reject_teleop(AnimationEvent.INPUT_JOINT_COMMAND, decision.reason)
 
     def _on_teleop_animation(self, msg: String) -> None:
         decision = self.controller.play_teleop(msg.data.strip())
         if not decision.accepted:
-            self._reject_teleop("animation", decision.reason)
+            self._reject_teleop(AnimationEvent.INPUT_ANIMATION, decision.reason)
         else:
-            self._event("accepted", name=msg.data.strip(), source="teleop")
+            self._event(
+                AnimationEvent.EVENT_ACCEPTED,
+                name=msg.data.strip(),
+                source=PlayAnimation.Goal.SOURCE_TELEOP,
+            )
 
     def _reject_teleop(self, what: str, reason: str) -> None:
         self.get_logger().warning(f"teleop/{what} rejected: {reason}")
-        self._event("rejected", source="teleop", what=what, reason=reason)
+        self._event(
+            AnimationEvent.EVENT_REJECTED,
+            source=PlayAnimation.Goal.SOURCE_TELEOP,
+            input=what,
+            reason=reason,
+        )
 
-    def _event(self, event: str, **fields) -> None:
-        self.events_pub.publish(String(data=json.dumps({"event": event, **fields})))
+    def _event(self, event: str, **fields: Any) -> None:
+        msg = AnimationEvent(event=event, **fields)
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self.events_pub.publish(msg)
 
     def diagnostic_values(self) -> dict[str, Any]:
+        if self.controller is None or self.link is None or self.backend is None:
+            return {"device": f"robot backend {self.params.backend} (not configured)"}
         p, active = self.params, self.controller.active
         with self._goals_lock:
             goals = len(self._goals)
@@ -363,19 +380,15 @@ class AnimationNode(BoltNode):
             "playing": f"{active[1]} ({active[2]})" if active else "",
             "override": self.controller.override,
             "queue_depth": goals,
-            "control_loop_alive": self._thread.is_alive(),
+            "control_loop_alive": self._thread is not None and self._thread.is_alive(),
         }
 
     def destroy_node(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=2.0)
-        if self.params.sleep_on_stop and self.link.connected:
-            try:
-                self.backend.goto_sleep()
-            except Exception as exc:
-                self.get_logger().warning(f"resting pose at stop failed: {exc!r}")
-        self.backend.close()
+        if self._active:
+            self.on_deactivate(None)
+        if self._is_configured:
+            self.cleanup()
+            self._is_configured = False
         super().destroy_node()
 
 

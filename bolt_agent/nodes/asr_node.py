@@ -46,7 +46,7 @@ from bolt_agent.core.models import ModelNotFoundError
 from bolt_agent.nodes import qos
 from bolt_agent.nodes.asr_outputs import AsrOutputs
 from bolt_agent.nodes.asr_params import AsrParams
-from bolt_agent.nodes.base import BoltLifecycleNode
+from bolt_agent.nodes.lifecycle import BoltLifecycleNode
 from bolt_agent.nodes.runtime import main_for
 from bolt_agent_interfaces.msg import AudioChunk, EndOfTurnHint, TtsState
 

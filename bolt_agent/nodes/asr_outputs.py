@@ -20,7 +20,7 @@ from bolt_agent.core.asr.listener import (
 from bolt_agent.core.asr.vad_segmenter import SAMPLE_RATE
 from bolt_agent.core.audio.audio_io import float_to_int16
 from bolt_agent.nodes import qos
-from bolt_agent.nodes.base import BoltLifecycleNode
+from bolt_agent.nodes.lifecycle import BoltLifecycleNode
 from bolt_agent_interfaces.msg import AudioChunk, Transcript, TurnMetrics, VoiceActivity
 
 

@@ -25,6 +25,7 @@ from rosbags.interfaces import (
     QosReliability,
     QosTime,
 )
+from rosgraph_msgs.msg import Clock
 
 from bolt_agent.core.sim.bag_io import (
     DEFAULT_STORAGE,
@@ -41,6 +42,8 @@ _INFINITE = QosTime(2147483647, 4294967295)
 DISCOVERY_PERIOD_S = 0.1
 #: after subscribers matched, before the first message (see docs: late, reordered firsts otherwise)
 SETTLE_S = 0.5
+#: /clock as rosbag2 publishes it: reliable, a short queue (a late tick is worth nothing)
+CLOCK_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 
 
 def message_class(msgtype: str) -> type:
@@ -175,6 +178,13 @@ class BagPlayer:
     ``remap`` maps a bag topic to the name to publish on (relative names resolve in the node's
     namespace); ``topics`` limits playback. ``start()`` plays in a background thread: it waits up
     to ``wait_subscribers_s`` for every topic to have a subscriber, then ``SETTLE_S``, then plays.
+
+    ``clock_hz`` > 0 publishes ``/clock`` (rosgraph_msgs/Clock) as ``ros2 bag play --clock``
+    does: the bag's own time, from its first message's timestamp, advancing at ``rate`` x wall
+    time, ``clock_hz`` times a second and with every message. Nodes with ``use_sim_time`` then
+    live in the bag's time: their stamps, timers and timeouts follow the recording. Before the
+    first message the clock holds at the bag's start (nodes see time, not zero); with ``loop``
+    it starts over, as rosbag2's does.
     """
 
     def __init__(
@@ -186,8 +196,11 @@ class BagPlayer:
         remap: dict[str, str] | None = None,
         topics: Sequence[str] | None = None,
         wait_subscribers_s: float = 5.0,
+        clock_hz: float = 0.0,
     ) -> None:
         self._node = node
+        if clock_hz < 0 or clock_hz > 1000:
+            raise BagError(f"clock rate must be 0 (off) to 1000 Hz, got {clock_hz}")
         self.rate, self.loop, self.wait_subscribers_s = rate, loop, wait_subscribers_s
         playback_offsets([0], rate)  # validates the rate
         remap = {_abs(k): v for k, v in (remap or {}).items()}
@@ -207,6 +220,12 @@ class BagPlayer:
             )
             name = remap.get(t.name, t.name)
             self.publishers[t.name] = node.create_publisher(message_class(t.msgtype), name, qos)
+        self.clock_hz = clock_hz
+        self._clock_pub = node.create_publisher(Clock, "/clock", CLOCK_QOS) if clock_hz else None
+        self._clock_lock = threading.Lock()
+        self._clock_origin: tuple[int, float] | None = None  # (bag ns, monotonic s) of playback
+        self.clock_published = 0
+        self._last_clock = 0
         self.published = 0
         self.done = threading.Event()
         self._stop = threading.Event()
@@ -215,6 +234,39 @@ class BagPlayer:
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="bag_player", daemon=True)
         self._thread.start()
+        if self._clock_pub is not None:
+            self._clock_thread = threading.Thread(
+                target=self._clock_loop, name="bag_clock", daemon=True
+            )
+            self._clock_thread.start()
+
+    def bag_time_ns(self) -> int:
+        """The bag's time now: its start before playback, then start + rate x elapsed."""
+        with self._clock_lock:
+            origin = self._clock_origin
+        if origin is None:
+            return self.messages[0].timestamp if self.messages else 0
+        bag_ns, t0 = origin
+        return bag_ns + int((time.monotonic() - t0) * self.rate * 1e9)
+
+    def _publish_clock(self, ns: int) -> None:
+        """Publish ``ns``, or the last time published if that is later: the ticker and the
+        messages' own stamps interleave, and time never steps back within a pass."""
+        with self._clock_lock:
+            ns = self._last_clock = max(ns, self._last_clock)
+            msg = Clock()
+            msg.clock.sec, msg.clock.nanosec = divmod(ns, 1_000_000_000)
+            self._clock_pub.publish(msg)
+            self.clock_published += 1
+
+    def _clock_loop(self) -> None:
+        period = 1.0 / self.clock_hz
+        while not self._stop.is_set() and not self.done.is_set():
+            try:
+                self._publish_clock(self.bag_time_ns())
+            except Exception:  # the context is going down (Ctrl-C)
+                return
+            self._stop.wait(period)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Until playback ends (never with ``loop``); True when it did."""
@@ -227,9 +279,15 @@ class BagPlayer:
 
     def destroy(self) -> None:
         self.stop()
+        clock_thread = getattr(self, "_clock_thread", None)
+        if clock_thread is not None:
+            clock_thread.join()
         for pub in self.publishers.values():
             self._node.destroy_publisher(pub)
         self.publishers.clear()
+        if self._clock_pub is not None:
+            self._node.destroy_publisher(self._clock_pub)
+            self._clock_pub = None
 
     def wait_for_subscribers(self) -> bool:
         """Every publisher matched (or the wait ran out: False), then a short settle time."""
@@ -251,9 +309,15 @@ class BagPlayer:
             offsets = playback_offsets([m.timestamp for m in self.messages], self.rate)
             while not self._stop.is_set():
                 start = time.monotonic()
+                if self.messages:
+                    with self._clock_lock:  # a new pass (``loop``): the clock starts over
+                        self._clock_origin = (self.messages[0].timestamp, start)
+                        self._last_clock = 0
                 for offset, msg in zip(offsets, self.messages):
                     if self._stop.wait(max(0.0, start + offset - time.monotonic())):
                         return
+                    if self._clock_pub is not None:  # the clock is at the message before it
+                        self._publish_clock(msg.timestamp)
                     self.publishers[msg.topic].publish(msg.data)
                     self.published += 1
                 if not self.loop or not self.messages:

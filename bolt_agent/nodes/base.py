@@ -19,6 +19,8 @@ depth) plus ``last_error`` and the failure counters kept by ``record_failure``.
 Callbacks: every subscription, timer, service and action-server callback made through the base
 is guarded (``bolt_agent/nodes/guard.py``, ``CallbackGuardMixin``): what it raises is logged,
 counted (``failures.callback``) and swallowed instead of ending the process.
+
+Lifecycle nodes: ``bolt_agent/nodes/lifecycle.py`` (``BoltLifecycleNode``).
 """
 
 from __future__ import annotations
@@ -33,16 +35,13 @@ from typing import Any, ClassVar
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor, SetParametersResult
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from std_msgs.msg import String
 
-from bolt_agent.core.memory import release_free_memory
 from bolt_agent.nodes import qos
 from bolt_agent.nodes.guard import CallbackGuardMixin
 from bolt_agent.nodes.params import (
-    ParamError,
     build_params,
     check_value,
     descriptor,
@@ -93,7 +92,10 @@ class _BoltNodeMixin(CallbackGuardMixin):
                 ],
             ),
         ).value
-        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", qos.DIAGNOSTICS)
+        # health is reported in every lifecycle state: a plain publisher, never gated
+        self._diag_pub = Node.create_publisher(
+            self, DiagnosticArray, "/diagnostics", qos.DIAGNOSTICS
+        )
         self._diag_timer = self.create_timer(
             period, self.publish_diagnostics, callback_group=MutuallyExclusiveCallbackGroup()
         )
@@ -153,7 +155,7 @@ class _BoltNodeMixin(CallbackGuardMixin):
         when the level or message changed. ``level``: OK, WARN or ERROR (an ERROR's message
         becomes the ``last_error``)."""
         if self._status_pub is None:
-            self._status_pub = self.create_publisher(String, "~/status", qos.LATCHED)
+            self._status_pub = Node.create_publisher(self, String, "~/status", qos.LATCHED)
         data = {"node": self.get_name(), "level": level, "message": message, **extra}
         self._status_pub.publish(String(data=json.dumps(data, default=str)))
         with self._health_lock:
@@ -271,111 +273,3 @@ class BoltNode(_BoltNodeMixin, Node):
     def __init__(self, node_name: str, **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
         self._init_bolt()
-
-
-class BoltLifecycleNode(_BoltNodeMixin, LifecycleNode):
-    """A lifecycle node: ``autostart`` (configure + activate when run alone), parameters
-    re-read and validated at configure, shutdown deactivates an active node first."""
-
-    def __init__(self, node_name: str, **kwargs: Any) -> None:
-        super().__init__(node_name, **kwargs)
-        self.declare_parameter(
-            "autostart",
-            True,
-            ParameterDescriptor(description="configure and activate on start (no manager)"),
-        )
-        self._active = False
-        self._is_configured = False
-        self._configure_error = ""
-        self._init_bolt()
-
-    def _configured(self) -> bool:
-        return self._is_configured
-
-    def lifecycle_state(self) -> str:
-        """The lifecycle state's label: unconfigured, inactive, active, finalized (or a
-        transition's label, e.g. configuring)."""
-        try:
-            return self._state_machine.current_state[1]
-        except Exception:  # not initialised yet / torn down: our own flags
-            if self._active:
-                return "active"
-            return "inactive" if self._is_configured else "unconfigured"
-
-    def _diagnostic_level(self) -> tuple[str, str]:
-        state = self.lifecycle_state()
-        if state == "active":
-            return super()._diagnostic_level()
-        if self._configure_error and not self._is_configured:
-            return "ERROR", f"{state}: configure failed: {self._configure_error}"
-        return "WARN", f"{state}: not running"
-
-    def diagnostic_status(self) -> DiagnosticStatus:
-        status = super().diagnostic_status()
-        status.values.insert(0, KeyValue(key="lifecycle_state", value=self.lifecycle_state()))
-        return status
-
-    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
-        try:
-            self.params = build_params(self.Params, self._raw_params())
-        except ParamError as exc:
-            self.get_logger().error(f"configure failed: {exc}")
-            self._configure_error = str(exc)
-            self.status("ERROR", f"configure failed: {exc}")
-            return TransitionCallbackReturn.FAILURE
-        errors_before = self._errors
-        result = self.configure()
-        # loading a model leaves its temporaries as free heap that glibc keeps (whisper's
-        # float16 → int8 conversion 37 MiB, Piper's graph 29 MiB, measured in a process per
-        # node as ros2 launch runs them): give it back once, off any turn's path
-        release_free_memory()
-        self._is_configured = result == TransitionCallbackReturn.SUCCESS
-        if self._is_configured:
-            self._configure_error = ""
-        else:  # the reason: what configure() recorded (record_failure), else the log has it
-            reason = self._last_error if self._errors != errors_before else "see the log"
-            self._configure_error = reason
-            self.status("ERROR", f"configure failed: {reason}")
-        return result
-
-    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        with self._health_lock:  # a new activation: what the last one reported is history
-            self._status_level, self._status_message = "", ""
-        self._active = True  # before the node's threads start: they run while it is set
-        result = self.activate()
-        if result != TransitionCallbackReturn.SUCCESS:
-            self._active = False
-            return result
-        return super().on_activate(state)
-
-    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self._active = False
-        self.cancel_retry()
-        self.deactivate()
-        return super().on_deactivate(state)
-
-    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
-        self.cleanup()
-        release_free_memory()  # the models just dropped
-        self._is_configured = False
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
-        if self._active:
-            self.on_deactivate(state)
-        return TransitionCallbackReturn.SUCCESS
-
-    # --- what a node implements --------------------------------------------------------------
-    def configure(self) -> TransitionCallbackReturn:
-        """Load models, create publishers/subscriptions (``self.params`` is fresh)."""
-        return TransitionCallbackReturn.SUCCESS
-
-    def activate(self) -> TransitionCallbackReturn:
-        """Start threads and devices."""
-        return TransitionCallbackReturn.SUCCESS
-
-    def deactivate(self) -> None:
-        """Stop threads and devices (``self._active`` is already False)."""
-
-    def cleanup(self) -> None:
-        """Destroy what configure created, free models."""

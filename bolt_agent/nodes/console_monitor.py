@@ -8,12 +8,12 @@ import threading
 from collections.abc import Callable
 
 from rclpy.node import Node
-from std_msgs.msg import String
 
 from bolt_agent.core.sim.scenario import TurnLog
+from bolt_agent.nodes.messages import tool_event_dict
 from bolt_agent.nodes.metrics import STAGES
 from bolt_agent.nodes.qos import RELIABLE
-from bolt_agent_interfaces.msg import SpokenText, Transcript, TurnMetrics
+from bolt_agent_interfaces.msg import SpokenText, ToolEvent, Transcript, TurnMetrics
 
 Printer = Callable[[str], None]
 _SHOWN = ("speech_end", "asr_final", "llm_first_token", "first_speech", "first_audio")
@@ -31,7 +31,7 @@ class ConsoleMonitor(Node):
         self.records: dict[str, TurnLog] = {}  # turn id → record
         self.create_subscription(Transcript, "asr/transcript", self._on_transcript, RELIABLE)
         self.create_subscription(SpokenText, "speech/say", self._on_say, RELIABLE)
-        self.create_subscription(String, "llm/tool_events", self._on_tool, RELIABLE)
+        self.create_subscription(ToolEvent, "llm/tool_events", self._on_tool, RELIABLE)
         self.create_subscription(TurnMetrics, "bolt/turn_metrics", self._on_metrics, RELIABLE)
 
     def record(self, turn_id: str) -> TurnLog:
@@ -51,8 +51,8 @@ class ConsoleMonitor(Node):
             self.record(msg.turn_id).spoken.append(msg.text)
             self._print(f"[green]robot[/]  “{msg.text}”")
 
-    def _on_tool(self, msg: String) -> None:
-        event = json.loads(msg.data)
+    def _on_tool(self, msg: ToolEvent) -> None:
+        event = tool_event_dict(msg)
         self.record(event["turn_id"]).tools.append(event)
         outcome = "[green]ok[/]" if event["ok"] else f"[red]error[/] {event['error']}"
         self._print(

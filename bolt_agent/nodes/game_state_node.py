@@ -3,25 +3,26 @@
 An ExecuteTool action server on ``game/execute_tool`` runs ``check_shop_inventory``,
 ``sell_to_player`` and ``buy_from_player`` (arguments validated; an unknown tool, invalid
 arguments or a refused trade → ``success=false`` with the reason in ``error``, goal aborted).
-Feedback reports progress; the whole state is published latched on ``game/state`` (std_msgs/String,
-JSON) at start and after every trade. Rules: ``bolt_agent.core.tools.game_state``.
+Feedback reports progress; the whole state is published latched on ``game/state``
+(bolt_agent_interfaces/GameState) at start and after every trade. Rules:
+``bolt_agent.core.tools.game_state``.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from std_msgs.msg import String
 
 from bolt_agent.core.tools.game_state import GameState, GameTools
 from bolt_agent.nodes import qos
 from bolt_agent.nodes.base import BoltNode
+from bolt_agent.nodes.messages import game_state
 from bolt_agent.nodes.params import param
 from bolt_agent.nodes.runtime import main_for
 from bolt_agent_interfaces.action import ExecuteTool
+from bolt_agent_interfaces.msg import GameState as GameStateMsg
 
 _CHANGES_STATE = {"sell_to_player", "buy_from_player"}
 
@@ -40,7 +41,7 @@ class GameStateNode(BoltNode):
         super().__init__("game_state_node", **node_kwargs)
         state_file = self.params.state_file
         self.tools = GameTools(GameState.load(state_file))
-        self.state_pub = self.create_publisher(String, "game/state", qos.LATCHED)
+        self.state_pub = self.create_publisher(GameStateMsg, "game/state", qos.LATCHED)
         self.server = self.create_action_server(
             ExecuteTool, "game/execute_tool", self._execute,
             callback_group=MutuallyExclusiveCallbackGroup(),
@@ -52,7 +53,9 @@ class GameStateNode(BoltNode):
         )
 
     def publish_state(self) -> None:
-        self.state_pub.publish(String(data=json.dumps(self.tools.snapshot(), ensure_ascii=False)))
+        msg = game_state(self.tools.snapshot())
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self.state_pub.publish(msg)
 
     def _execute(self, goal_handle) -> ExecuteTool.Result:
         request = goal_handle.request

@@ -7,6 +7,13 @@ guarded: an exception is logged with its traceback once per (callback, exception
 (``failures.callback``) and swallowed; a service answers an empty response, an action goal is
 aborted with an empty result. A mixin (``CallbackGuardMixin``) so the node base stays about
 parameters and health; it needs the base's ``record_failure`` and ``_health_lock``.
+
+The same wrappers are the lifecycle gate: while ``_accepts_input()`` is false (a lifecycle node
+that is not active) a subscription's message is ignored, a service answers ``success=false``
+with the reason and an action goal is rejected, each counted per input (``ignored_inactive``
+in ``/diagnostics``) and logged at most every few seconds. Inputs that carry state rather than
+requests (the operator's mute and override switches) pass ``while_inactive=True``: a mute sent
+while the node was inactive must hold when it activates.
 """
 
 from __future__ import annotations
@@ -60,6 +67,40 @@ class CallbackGuardMixin:
 
         return guarded_sync
 
+    def _accepts_input(self) -> bool:
+        """Whether inputs are acted on now: always for a plain node; a lifecycle node says
+        whether it is active."""
+        return True
+
+    def gated(self: Any, callback: Callable[..., Any], what: str, refused: Any = None) -> Any:
+        """``callback`` run only while ``_accepts_input()``; otherwise the input is counted and
+        ``refused(*args)`` (or None) is returned. Entities rclpy makes while building the node
+        (the parameter services) are never gated: ``_gate_inputs`` is set after that."""
+        if not self.__dict__.get("_gate_inputs"):
+            return callback
+
+        @functools.wraps(callback)
+        def gate(*args: Any) -> Any:
+            if self._accepts_input():
+                return callback(*args)
+            self._ignored_inactive(what)
+            return refused(*args) if refused is not None else None
+
+        return gate
+
+    def _ignored_inactive(self: Any, what: str) -> None:
+        with self._health_lock:
+            counts = self.__dict__.setdefault("_inactive_inputs", {})
+            counts[what] = counts.get(what, 0) + 1
+        self.get_logger().warning(
+            f"{what}: ignored, the node is not active", throttle_duration_sec=5.0
+        )
+
+    def ignored_inactive(self: Any) -> int:
+        """Inputs ignored so far because the node was not active."""
+        with self._health_lock:
+            return sum(self.__dict__.get("_inactive_inputs", {}).values())
+
     def _callback_failed(self: Any, what: str, exc: BaseException) -> None:
         key = (what, type(exc).__name__)
         message = f"{what} raised {exc!r} (dropped; the node goes on)"
@@ -75,11 +116,21 @@ class CallbackGuardMixin:
         self.record_failure("callback", message, log=False)
 
     def create_subscription(
-        self: Any, msg_type: Any, topic: str, callback: Callable[..., Any], *args: Any, **kw: Any
+        self: Any,
+        msg_type: Any,
+        topic: str,
+        callback: Callable[..., Any],
+        *args: Any,
+        while_inactive: bool = False,
+        **kw: Any,
     ) -> Any:
-        """``Node.create_subscription`` with a guarded callback (see the module docstring)."""
+        """``Node.create_subscription`` with a guarded callback, ignored while the node is not
+        active unless ``while_inactive`` (see the module docstring)."""
+        what = f"subscription {topic}"
+        if not while_inactive:
+            callback = self.gated(callback, what)
         return super().create_subscription(
-            msg_type, topic, self.guarded(callback, f"subscription {topic}"), *args, **kw
+            msg_type, topic, self.guarded(callback, what), *args, **kw
         )
 
     def create_timer(self: Any, period: float, callback: Callable[..., Any], *a: Any, **kw: Any):
@@ -96,9 +147,14 @@ class CallbackGuardMixin:
         def fallback(request: Any, response: Any) -> Any:  # the untouched, empty response
             return response
 
-        return super().create_service(
-            srv_type, name, self.guarded(callback, f"service {name}", fallback), **kw
-        )
+        def inactive(request: Any, response: Any) -> Any:
+            if hasattr(response, "success") and hasattr(response, "message"):
+                response.success, response.message = False, "the node is not active"
+            return response
+
+        what = f"service {name}"
+        callback = self.gated(callback, what, inactive)
+        return super().create_service(srv_type, name, self.guarded(callback, what, fallback), **kw)
 
     def create_action_server(
         self: Any,
@@ -122,6 +178,8 @@ class CallbackGuardMixin:
             return action_type.Result()
 
         wrapped = {"execute_callback": self.guarded(execute_callback, f"action {name}", abort)}
+        accept = kw.get("goal_callback") or (lambda *_: GoalResponse.ACCEPT)
+        kw["goal_callback"] = self.gated(accept, f"action {name}", lambda *_: GoalResponse.REJECT)
         fallbacks = {
             "goal_callback": lambda *_: GoalResponse.REJECT,
             "cancel_callback": lambda *_: CancelResponse.REJECT,

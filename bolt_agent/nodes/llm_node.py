@@ -1,15 +1,12 @@
 """llm_node: Bolt E4B (or any GGUF) through llama-cpp-python, spoken-first tool dispatch.
 
-Subscribes ``asr/transcript`` (finals start turns; partials prefill the prompt; the early
-transcript of a silence gets an end-of-turn hint on ``llm/end_of_turn`` and, with
-``preemptive``, starts the answer held until the final confirms the same words),
-``teleop/prompt``, ``perception/scene``, ``asr/voice_activity`` (barge-in), ``tts/state`` (what
-was really said), ``teleop/mute``, ``teleop/override``, ``llm/cancel``. Publishes
-``speech/say`` (one SpokenText per sentence, as soon as it is complete, before the step's tool
-goals are sent; ``held`` / ``discard`` for a preemptive turn), ``llm/end_of_turn``,
-``llm/thinking``, ``tts/stop``, ``bolt/turn_metrics``, ``llm/tool_events``
-(JSON per finished tool call). Serves ``llm/converse`` (Converse). A lifecycle node: configure
-loads the model.
+Subscribes ``asr/transcript`` (finals start turns; partials prefill; the early transcript of a
+silence gets a hint on ``llm/end_of_turn`` and, with ``preemptive``, an answer held until the
+final confirms it), ``teleop/prompt``, ``perception/scene``, ``asr/voice_activity`` (barge-in),
+``tts/state``, ``teleop/mute``, ``teleop/override``. Publishes ``speech/say`` (a SpokenText per
+sentence, before the step's tool goals), ``llm/thinking``, ``tts/stop``, ``bolt/turn_metrics``,
+``llm/tool_events`` (ToolEvent). Serves ``llm/converse`` (Converse), ``llm/cancel`` and
+``llm/reset`` (std_srvs/Trigger). A lifecycle node: configure loads the model.
 """
 
 from __future__ import annotations
@@ -35,12 +32,12 @@ from bolt_agent.core.llm.types import EngineError
 from bolt_agent.core.memory import release_free_memory
 from bolt_agent.core.models import ModelNotFoundError
 from bolt_agent.nodes import runtime
-from bolt_agent.nodes.base import BoltLifecycleNode
+from bolt_agent.nodes.lifecycle import BoltLifecycleNode
 from bolt_agent.nodes.llm_diagnostics import engine_values, remote_values
 from bolt_agent.nodes.llm_engine import load_engine
 from bolt_agent.nodes.llm_outputs import ConverseSink, LlmOutputs, TurnSink
 from bolt_agent.nodes.llm_params import LlmParams
-from bolt_agent.nodes.llm_requests import serve_converse, serve_reset
+from bolt_agent.nodes.llm_requests import serve_cancel, serve_converse, serve_reset
 from bolt_agent.nodes.operator_switch import OperatorSwitch
 from bolt_agent.nodes.qos import LATCHED, RELIABLE
 from bolt_agent.nodes.tool_dispatcher import ToolDispatcher
@@ -125,7 +122,6 @@ class LlmNode(BoltLifecycleNode):
             (SceneDescription, "perception/scene", self._on_scene, RELIABLE),
             (VoiceActivity, "asr/voice_activity", self._on_voice_activity, RELIABLE),
             (TtsState, "tts/state", self._on_tts_state, LATCHED),
-            (String, "llm/cancel", lambda _m: self.cancel_current("llm/cancel"), RELIABLE),
             (String, "teleop/say", lambda _m: self.cancel_current("teleop/say"), RELIABLE),
         ]
         self._entities = [
@@ -142,10 +138,13 @@ class LlmNode(BoltLifecycleNode):
             self, "teleop/override", self._on_override, callback_group=io, initial=held
         )
         self._entities += self.mute_switch.subscriptions + self.override_switch.subscriptions
-        reset = lambda _req, res: serve_reset(self, res)  # noqa: E731
-        self._reset_srv = self.create_service(
-            Trigger, "llm/reset", reset, callback_group=ReentrantCallbackGroup()
-        )
+        self._services = [  # llm/reset, llm/cancel: std_srvs/Trigger
+            self.create_service(
+                Trigger, name, lambda _q, res, f=serve: f(self, res),
+                callback_group=ReentrantCallbackGroup(),
+            )
+            for name, serve in (("llm/reset", serve_reset), ("llm/cancel", serve_cancel))
+        ]  # fmt: skip
         self._converse = self.create_action_server(
             Converse,
             "llm/converse",
@@ -183,7 +182,8 @@ class LlmNode(BoltLifecycleNode):
             self.destroy_subscription(ent)
         self._entities = []
         self._converse.destroy()
-        self.destroy_service(self._reset_srv)
+        for srv in self._services:
+            self.destroy_service(srv)
         self._out.destroy()
         self._close_engine("cleanup")
         self.engine = self.runner = self.scheduler = self.preemption = None

@@ -18,11 +18,12 @@ from rclpy.node import Node
 from std_msgs.msg import String
 
 from bolt_agent.core.llm.turn_runner import ToolResult, TurnResult
+from bolt_agent.nodes.messages import tool_event
 from bolt_agent.nodes.metrics import TurnMetricsPublisher
 from bolt_agent.nodes.qos import RELIABLE
 from bolt_agent.nodes.tool_dispatcher import ToolDispatcher
 from bolt_agent_interfaces.action import Converse
-from bolt_agent_interfaces.msg import EndOfTurnHint, SpokenText
+from bolt_agent_interfaces.msg import EndOfTurnHint, SpokenText, ToolEvent
 
 
 class LlmOutputs:
@@ -42,7 +43,7 @@ class LlmOutputs:
         self._say = node.create_publisher(SpokenText, "speech/say", RELIABLE)
         self._think = node.create_publisher(String, "llm/thinking", RELIABLE)
         self._stop = node.create_publisher(String, "tts/stop", RELIABLE)
-        self._tool_events = node.create_publisher(String, "llm/tool_events", RELIABLE)
+        self._tool_events = node.create_publisher(ToolEvent, "llm/tool_events", RELIABLE)
         self._hint = node.create_publisher(EndOfTurnHint, "llm/end_of_turn", RELIABLE)
         self.metrics = TurnMetricsPublisher(node, "llm")
 
@@ -84,20 +85,22 @@ class LlmOutputs:
         return future
 
     def _tool_done(self, turn_id: str, name: str, arguments: dict, future: Future) -> None:
-        """Stamp and publish a finished tool call (``llm/tool_events``, JSON)."""
+        """Stamp and publish a finished tool call (``llm/tool_events``)."""
         self.metrics.stamp(turn_id, "tool_done")
         outcome = (
             future.result() if not future.cancelled() else ToolResult(False, None, "cancelled")
         )
-        event = {
-            "turn_id": turn_id,
-            "tool": name,
-            "arguments": arguments,
-            "ok": outcome.ok,
-            "result": outcome.result,
-            "error": outcome.error,
-        }
-        self._tool_events.publish(String(data=json.dumps(event, default=str)))
+        event = tool_event(
+            turn_id,
+            name,
+            arguments,
+            ok=outcome.ok,
+            cancelled=future.cancelled(),
+            result=outcome.result,
+            error=outcome.error,
+        )
+        event.header.stamp = self._now()
+        self._tool_events.publish(event)
         line = f"tool {name} {json.dumps(arguments)} -> {outcome.error or outcome.result}"
         log = self._node.get_logger()
         if outcome.ok:  # two call sites: rclpy fixes one severity per call site

@@ -14,6 +14,7 @@ from std_srvs.srv import Trigger
 from bolt_agent.core.llm.chat_template import Knobs
 from bolt_agent.core.llm.turn_runner import TurnResult
 from bolt_agent.nodes.llm_outputs import ConverseSink
+from bolt_agent.nodes.messages import tool_call
 from bolt_agent_interfaces.action import Converse
 
 
@@ -66,11 +67,23 @@ def serve_converse(node: LlmNode, sink: ConverseSink) -> Converse.Result:
     return Converse.Result(
         spoken_text=result.spoken_text,
         thinking_text=result.thinking_text,
-        tool_calls=result.tool_calls,
+        tool_calls=[tool_call(c["name"], c["arguments"]) for c in result.tool_calls],
         prompt_tokens=result.prompt_tokens,
         completion_tokens=result.completion_tokens,
         thinking_tokens=result.thinking_tokens,
     )
+
+
+def serve_cancel(node: LlmNode, response: Trigger.Response) -> Trigger.Response:
+    """``llm/cancel``: stop the turn in progress (speech, tool goals) and drop the queued ones.
+    ``success`` says whether a turn was running; ``message`` names it."""
+    if node.scheduler is None:
+        response.success, response.message = False, "llm_node is not configured"
+        return response
+    stopped = node.cancel_current("llm/cancel")
+    response.success = bool(stopped)
+    response.message = f"cancelled turn {stopped}" if stopped else "no turn in progress"
+    return response
 
 
 def serve_reset(node: LlmNode, response: Trigger.Response) -> Trigger.Response:

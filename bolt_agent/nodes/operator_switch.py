@@ -29,18 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from rclpy.node import Node
-from rclpy.subscription import Subscription
 from std_msgs.msg import Bool
 
-try:  # Iron+
-    from rclpy.event_handler import SubscriptionEventCallbacks
-except ImportError:  # Humble
-    from rclpy.qos_event import SubscriptionEventCallbacks
-
 from bolt_agent.nodes import qos
-
-# rclpy passes a MessageInfo to a two-argument callback since Iron (rclpy#922)
-WITH_MESSAGE_INFO = hasattr(Subscription, "CallbackType")
+from bolt_agent.nodes.distro import WITH_MESSAGE_INFO, SubscriptionEventCallbacks
 
 
 @dataclass(frozen=True)
@@ -125,7 +117,13 @@ class OperatorSwitch:
 
         self.subscriptions = [
             node.create_subscription(
-                Bool, topic, callback, profile, callback_group=callback_group, event_callbacks=quiet
+                Bool,
+                topic,
+                callback,
+                profile,
+                callback_group=callback_group,
+                event_callbacks=quiet,
+                while_inactive=True,  # state, not a request: a mute must hold at activation
             )
             for profile in (qos.LATCHED, qos.RELIABLE)
         ]

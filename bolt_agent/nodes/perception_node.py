@@ -1,4 +1,10 @@
-"""perception_node: camera frames → ``camera/image_raw`` and ``perception/scene``.
+"""perception_node: camera frames → ``camera/image_raw``, ``camera/camera_info`` and
+``perception/scene``.
+
+Images and scene descriptions carry the camera's optical frame (``frame_id``, REP 103/105: z
+forward, x right, y down). ``camera/camera_info`` goes out with every image, same stamp and frame:
+the calibration of ``camera_info_file`` (the camera calibrator's YAML, scaled to the published
+size) or, without one, zero intrinsics, ROS's mark of an uncalibrated camera.
 
 A lifecycle node: ``on_configure`` loads the scene backend (classical | vlm; FAILURE with a clear
 log when it cannot run), ``on_activate`` starts capturing (OpenCV device index, video file or
@@ -17,9 +23,15 @@ import cv2
 import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.lifecycle import TransitionCallbackReturn
-from sensor_msgs.msg import Image, RegionOfInterest
+from sensor_msgs.msg import CameraInfo, Image, RegionOfInterest
 
 from bolt_agent.core.vision.camera import CameraError, FrameSource
+from bolt_agent.core.vision.camera_info import (
+    CalibrationError,
+    Intrinsics,
+    load_calibration,
+    uncalibrated,
+)
 from bolt_agent.core.vision.image_conv import ImageEncodingError, from_image_fields, to_image_fields
 from bolt_agent.core.vision.perception import (
     BackendUnavailableError,
@@ -29,7 +41,7 @@ from bolt_agent.core.vision.perception import (
     make_perception_backend,
 )
 from bolt_agent.nodes import qos
-from bolt_agent.nodes.base import BoltLifecycleNode
+from bolt_agent.nodes.lifecycle import BoltLifecycleNode
 from bolt_agent.nodes.params import param
 from bolt_agent.nodes.runtime import main_for
 from bolt_agent_interfaces.msg import SceneDescription as SceneMsg
@@ -47,7 +59,17 @@ class PerceptionParams:
     publish_image: bool = param(
         True, "publish camera/image_raw (not in 'topic' mode)", load_time=True
     )
-    frame_id: str = param("camera", "frame_id of images and scene descriptions")
+    frame_id: str = param(
+        "camera_optical_frame",
+        "frame_id of images, camera_info and scene descriptions: the camera's optical frame "
+        "(z forward, x right, y down)",
+    )
+    camera_info_file: str = param(
+        "",
+        "calibration YAML (camera_calibration_parsers format) for camera/camera_info ('' = "
+        "uncalibrated: zero intrinsics)",
+        load_time=True,
+    )
     backend: str = param(
         "classical",
         "scene describer: classical (OpenCV) | vlm (Cosmos Edge slot, Jetson runtime)",
@@ -82,7 +104,9 @@ class PerceptionNode(BoltLifecycleNode):
         super().__init__("perception_node", **node_kwargs)
         self.monitor: SceneMonitor | None = None
         self.source: FrameSource | None = None
-        self.scene_pub = self.image_pub = self.timer = self.image_sub = None
+        self.scene_pub = self.image_pub = self.info_pub = self.timer = self.image_sub = None
+        self._calibration: Intrinsics | None = None
+        self._info: CameraInfo | None = None
         self._next_try = 0.0
         self._ended = False
         self._frames = 0  # frames processed since start
@@ -100,10 +124,17 @@ class PerceptionNode(BoltLifecycleNode):
         except (BackendUnavailableError, TypeError) as exc:
             self.record_failure("configure", f"perception backend: {exc}")
             return TransitionCallbackReturn.FAILURE
+        try:
+            self._calibration = load_calibration(p.camera_info_file) if p.camera_info_file else None
+        except CalibrationError as exc:
+            self.record_failure("configure", str(exc))
+            return TransitionCallbackReturn.FAILURE
+        self._info = None
         self.monitor = SceneMonitor(backend, 1.0 / max(p.check_rate_hz, 0.01), p.publish_period_s)
         self.scene_pub = self.create_publisher(SceneMsg, "perception/scene", qos.RELIABLE)
         if p.camera != "topic" and p.publish_image:
             self.image_pub = self.create_publisher(Image, "camera/image_raw", qos.SENSOR)
+            self.info_pub = self.create_publisher(CameraInfo, "camera/camera_info", qos.SENSOR)
         self.get_logger().info(f"backend {backend.name}, camera {p.camera!r}")
         return TransitionCallbackReturn.SUCCESS
 
@@ -133,10 +164,10 @@ class PerceptionNode(BoltLifecycleNode):
             self.source.close()
 
     def cleanup(self) -> None:
-        for pub in (self.scene_pub, self.image_pub):
+        for pub in (self.scene_pub, self.image_pub, self.info_pub):
             if pub is not None:
                 self.destroy_publisher(pub)
-        self.scene_pub = self.image_pub = self.monitor = None
+        self.scene_pub = self.image_pub = self.info_pub = self.monitor = None
 
     # -- capture --------------------------------------------------------------------------------
     def _now(self) -> float:
@@ -202,11 +233,33 @@ class PerceptionNode(BoltLifecycleNode):
             img = Image(**to_image_fields(frame))
             img.header.stamp, img.header.frame_id = stamp, self.params.frame_id
             self.image_pub.publish(img)
+            self._publish_info(img.width, img.height, img.header)
         assert self.monitor is not None
         self._frames += 1
         desc = self.monitor.push(frame, self._now())
         if desc is not None:
             self._publish(desc, stamp)
+
+    def _publish_info(self, width: int, height: int, header) -> None:
+        """``camera/camera_info`` for an image of this size (rebuilt only when the size
+        changes)."""
+        info = self._info
+        if info is None or (info.width, info.height) != (width, height):
+            cal = self._calibration or uncalibrated(width, height)
+            cal = cal.resized(width, height)
+            info = CameraInfo(
+                width=width,
+                height=height,
+                distortion_model=cal.distortion_model,
+                d=list(cal.d),
+                k=list(cal.k),
+                r=list(cal.r),
+                p=list(cal.p),
+            )
+            self._info = info
+        info.header = header
+        if self.info_pub is not None:
+            self.info_pub.publish(info)
 
     def _publish(self, desc: SceneDescription, stamp=None) -> None:
         msg = SceneMsg(
@@ -234,6 +287,7 @@ class PerceptionNode(BoltLifecycleNode):
             "device": "topic camera/image_raw" if p.camera == "topic" else f"camera {p.camera}",
             "camera_open": camera_open,
             "frames": self._frames,
+            "calibrated": self._calibration is not None,
         }
 
 

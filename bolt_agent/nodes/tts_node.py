@@ -55,7 +55,7 @@ from bolt_agent.core.tts.speaker import (
 )
 from bolt_agent.core.tts.tts_engine import PiperEngine, split_sentences
 from bolt_agent.nodes import qos, runtime
-from bolt_agent.nodes.base import BoltLifecycleNode
+from bolt_agent.nodes.lifecycle import BoltLifecycleNode
 from bolt_agent.nodes.tts_outputs import TtsOutputs
 from bolt_agent.nodes.tts_params import TtsParams
 from bolt_agent_interfaces.action import Speak

@@ -21,7 +21,7 @@ from bolt_agent.core.tts.speaker import (
     Stopped,
 )
 from bolt_agent.nodes import qos
-from bolt_agent.nodes.base import BoltLifecycleNode
+from bolt_agent.nodes.lifecycle import BoltLifecycleNode
 from bolt_agent_interfaces.msg import AudioChunk, TtsState, TurnMetrics
 
 

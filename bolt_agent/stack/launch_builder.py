@@ -2,7 +2,8 @@
 
 Works with `ros2 launch` on Humble and Jazzy: the node set is decided in an OpaqueFunction from
 the launch arguments; lifecycle nodes use ``launch_ros.actions.LifecycleNode`` and configure +
-activate themselves (parameter ``autostart``), so ``ros2 lifecycle`` can drive them afterwards.
+activate themselves (parameter ``autostart``, from the ``autostart`` argument: with false they wait
+unconfigured for ``ros2 lifecycle set``), and ``ros2 lifecycle`` can drive them afterwards.
 
 Each node gets, in this order (later wins): the installed ``config/params/<node>.yaml`` (keyed
 ``/**/<node>:``, so it applies under any namespace), the values the arguments give (the node
@@ -48,7 +49,10 @@ def _actions(context, only):
     respawn_delay = float(args["respawn_delay"] or 0.0)
     actions = []
     for plan, params in resolve(args, only):
-        parameters = [os.path.join(share, "config", plan.params_file), {**params, **every}]
+        overrides = {**params, **every}
+        if plan.lifecycle:
+            overrides["autostart"] = truthy(args["autostart"])
+        parameters = [os.path.join(share, "config", plan.params_file), overrides]
         if user_file:
             parameters.append(user_file)
         common = {
@@ -79,6 +83,8 @@ def _actions(context, only):
     if args["bag"] and only is None:
         # `bolt-agent` from the package's lib/ (not on PATH in a colcon install)
         cmd = [ExecutableInPackage("bolt-agent", PACKAGE), "bag", "play", args["bag"]]
+        if truthy(args["use_sim_time"]):  # the nodes' time is the bag's
+            cmd += ["--clock"]
         remaps = bag_remaps(args["bag"], args["namespace"])
         if remaps:
             cmd += ["--remap", *remaps]

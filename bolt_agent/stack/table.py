@@ -51,6 +51,11 @@ ARGUMENTS: dict[str, tuple[str, str]] = {
         "other arguments (keys /**/<node_name>: or /**: apply under any namespace)",
     ),
     "use_sim_time": ("false", "every node takes its time from /clock"),
+    "autostart": (
+        "true",
+        "lifecycle nodes configure and activate themselves; false: they wait, unconfigured, "
+        "for `ros2 lifecycle set` (or a lifecycle manager)",
+    ),
     "log_level": ("info", "log level of every node: debug | info | warn | error | fatal"),
     "respawn": ("false", "restart a node whose process exits (a crash, a failed configure)"),
     "respawn_delay": ("2.0", "seconds before a respawn"),
@@ -106,7 +111,7 @@ def robot_params(args: dict[str, str]) -> dict[str, Any]:
 
 #: every node, in bring-up order (cheap nodes first, the LLM last: its load is the longest)
 NODES: tuple[NodeEntry, ...] = (
-    NodeEntry("animation_node", "AnimationNode", "animation", False, derive=robot_params),
+    NodeEntry("animation_node", "AnimationNode", "animation", True, derive=robot_params),
     NodeEntry(
         "game_state_node", "GameStateNode", "game_state", False, auto_profiles=("blacksmith_npc",)
     ),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 
@@ -13,6 +12,7 @@ from std_msgs.msg import Bool, String
 
 from bolt_agent.nodes.action_client import ActionClient
 from bolt_agent_interfaces.action import PlayAnimation
+from bolt_agent_interfaces.msg import AnimationEvent, JointCommand
 from support.ros_helpers import spin_until
 
 RELIABLE = QoSProfile(depth=500, reliability=ReliabilityPolicy.RELIABLE)
@@ -39,7 +39,7 @@ class Rx:
     override: list[tuple[float, bool]] = field(default_factory=list)
 
     def origins(self) -> list[str]:
-        return [m.header.frame_id for _, m in self.commands]
+        return [m.origin for _, m in self.commands]
 
 
 class AnimationRig:
@@ -49,7 +49,7 @@ class AnimationRig:
         self.node, self.executor, self.rx = node, executor, Rx()
         sub = node.create_subscription
         sub(
-            JointState,
+            JointCommand,
             f"{ns}/robot/joint_commands",
             lambda m: self.rx.commands.append((time.time(), m)),
             RELIABLE,
@@ -61,9 +61,9 @@ class AnimationRig:
             RELIABLE,
         )
         sub(
-            String,
+            AnimationEvent,
             f"{ns}/animation/events",
-            lambda m: self.rx.events.append(json.loads(m.data)),
+            self.rx.events.append,
             RELIABLE,
         )
         sub(
@@ -90,7 +90,7 @@ class AnimationRig:
         spin_until(self.executor, lambda: len(self.rx.states) > 0, timeout, "robot/joint_states")
         spin_until(self.executor, lambda: self.rx.override, timeout, "teleop/override_state")
 
-    def send(self, name: str, speed: float = 0.0, source: str = "", feedback=None):
+    def send(self, name: str, speed: float = 1.0, source: str = "", feedback=None):
         """Send a goal and wait for the accept/reject response; the goal handle."""
         goal = PlayAnimation.Goal(name=name, speed=speed, source=source)
         future = self.client.send_goal_async(goal, feedback_callback=feedback)

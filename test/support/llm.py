@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 from rclpy.action import ActionServer
 from rclpy.callback_groups import ReentrantCallbackGroup
 from std_msgs.msg import String
 
+from bolt_agent.nodes.messages import tool_event_dict
 from bolt_agent.nodes.qos import RELIABLE
 from bolt_agent_interfaces.action import PlayAnimation
-from bolt_agent_interfaces.msg import SpokenText, TurnMetrics
+from bolt_agent_interfaces.msg import SpokenText, ToolEvent, TurnMetrics
 
 BASE_PARAMS = {
     "enable_thinking": "false",
@@ -43,9 +43,9 @@ class Recorder:
         self.stops: list[str] = []
         node.create_subscription(SpokenText, "speech/say", self._said, RELIABLE)
         node.create_subscription(
-            String,
+            ToolEvent,
             "llm/tool_events",
-            lambda m: self.tool_events.append(json.loads(m.data)),
+            lambda m: self.tool_events.append(tool_event_dict(m)),
             RELIABLE,
         )
         node.create_subscription(

@@ -10,7 +10,6 @@ continues the same turn (bounded by ``max_steps``).
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import threading
@@ -86,7 +85,7 @@ class TurnResult:
     turn_id: str
     spoken_text: str = ""
     thinking_text: str = ""
-    tool_calls: list[str] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # {"name", "arguments"}
     steps: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -589,7 +588,7 @@ class TurnRunner:
                     ev = ToolCallError(raw=ev.raw, reason=refused, name=ev.name)
                     result.errors.append(refused)
                 else:
-                    result.tool_calls.append(f"{ev.name} {json.dumps(ev.arguments)}")
+                    result.tool_calls.append({"name": ev.name, "arguments": ev.arguments})
                 state.call(ev, future, ev.name, getattr(ev, "arguments", {}))
             elif isinstance(ev, ToolCallError):
                 result.errors.append(ev.reason)

@@ -385,9 +385,10 @@ class TurnScheduler:
             self._end_failed(job, exc)
             job.done.set_exception(exc)
         else:
+            tools = [c["name"] for c in result.tool_calls]
             self._log.info(
                 f"turn {job.turn_id}: {result.steps} step(s), {result.completion_tokens} tokens, "
-                f"tools {result.tool_calls}{' (cancelled)' if result.cancelled else ''}"
+                f"tools {tools}{' (cancelled)' if result.cancelled else ''}"
                 + (f", tool errors {result.errors}" if result.errors else "")
             )
             job.done.set_result(result)

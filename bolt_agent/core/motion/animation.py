@@ -202,7 +202,5 @@ def limit_step(
 
 
 def normalise_speed(speed: float) -> float:
-    """0 (unset) → 1.0; otherwise clamped to [MIN_SPEED, MAX_SPEED]."""
-    if speed == 0:
-        return 1.0
+    """Clamped to [MIN_SPEED, MAX_SPEED] (a speed <= 0 is refused before: ``check``)."""
     return min(MAX_SPEED, max(MIN_SPEED, float(speed)))

@@ -133,8 +133,8 @@ class AnimationController:
             if name not in self.lib.animations:
                 known = ", ".join(sorted(self.lib.animations))
                 return Decision(False, f"unknown animation {name!r} (known: {known})")
-            if not math.isfinite(speed) or speed < 0:  # NaN would pass every comparison
-                return Decision(False, f"speed must be a finite number >= 0, got {speed}")
+            if not math.isfinite(speed) or speed <= 0:  # NaN would pass every comparison
+                return Decision(False, f"speed must be a finite number > 0, got {speed}")
             if name in self.refused:
                 return Decision(False, f"{name!r} is beyond the robot: {self.refused[name]}")
             if self.robot_reason:
