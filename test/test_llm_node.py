@@ -265,6 +265,40 @@ def test_reset_service_starts_a_new_conversation(node_process, unique_ns):
     assert "conversation reset" in llm.log() and llm.alive()
 
 
+def test_cancel_service_stops_the_turn_in_progress(node_process, unique_ns):
+    """``llm/cancel`` (std_srvs/Trigger): the running turn stops (tts/stop, no end marker),
+    the answer names it; with nothing running it says so; the node answers on."""
+    llm = start_llm(node_process, unique_ns, **STORY)
+    with ros_node("canceller", unique_ns) as (node, executor):
+        rec = Recorder(node, serve_animation=False)
+        cancel = node.create_client(Trigger, "llm/cancel")
+        wait_for_subscriber(executor, rec.prompt, timeout=60)
+        spin_until(executor, cancel.service_is_ready, 30, "the llm/cancel service")
+
+        def call() -> Trigger.Response:
+            future = cancel.call_async(Trigger.Request())
+            spin_until(executor, future.done, 30, lambda: f"llm/cancel\n{llm.log()[-2000:]}")
+            return future.result()
+
+        idle = call()
+        assert not idle.success and idle.message == "no turn in progress", idle
+        for n in range(1, 4):  # a story the model ends with its first sentence is over too soon
+            tid = f"teleop-{n}"
+            rec.prompt.publish(String(data="Tell me a very long story about the sea."))
+            spin_until(executor, lambda t=tid: rec.spoken(t), 60, f"first sentence of {tid}")
+            answer = call()
+            if answer.success:
+                break
+        else:
+            pytest.fail("three stories ended before the cancel that followed their 1st sentence")
+        assert answer.message == f"cancelled turn {tid}", answer
+        spin_until(executor, lambda: tid in rec.stops, 10, "tts/stop for the cancelled turn")
+        assert not rec.turn_over(tid)
+        rec.prompt.publish(String(data="Are you still there?"))
+        spin_until(executor, lambda: rec.turn_over(f"teleop-{n + 1}"), 60, "next turn")
+    assert llm.alive()
+
+
 def test_missing_model_leaves_the_node_alive_and_unconfigured(node_process, unique_ns):
     llm = start_llm(node_process, unique_ns, model="/nonexistent/model.gguf")
     deadline = time.monotonic() + 30

@@ -16,8 +16,6 @@ import uuid
 from pathlib import Path
 
 import numpy as np
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-from std_msgs.msg import String
 
 from bolt_agent.core.audio.playback import Player
 from bolt_agent.core.audio.pulse_route import PulseRoute
@@ -25,7 +23,7 @@ from bolt_agent.nodes import qos
 from bolt_agent.testing.pulse_server import wait_for
 from bolt_agent_interfaces.msg import SpokenText, TtsState
 from support.audio_fixtures import pulse  # noqa: F401 - fixture
-from support.diagnostics import Diagnostics
+from support.diagnostics import Diagnostics, History
 from support.ros_helpers import ros_node, spin_until, wait_for_subscriber
 
 LONG = (
@@ -36,17 +34,6 @@ LONG = (
 RATE = 16000
 PAREC = ("parec", "--format=s16le", f"--rate={RATE}", "--channels=1", "--raw", "--latency-msec=20")
 LOUD = 1000  # int16 peak of a 20 ms window that counts as speech (a null sink is exact zeros)
-
-
-#: every status the node publishes, not only the last: with the latched profile's depth 1 the
-#: reader kept "audio output unavailable" and dropped "audio output lost", which the node had
-#: published 15 ms earlier (once in a fresh-clone run)
-STATUS_HISTORY = QoSProfile(
-    depth=50,
-    reliability=ReliabilityPolicy.RELIABLE,
-    durability=DurabilityPolicy.TRANSIENT_LOCAL,
-    history=HistoryPolicy.KEEP_LAST,
-)
 
 
 def figure(name: str, value: float, unit: str = " s") -> None:
@@ -111,13 +98,7 @@ def test_tts_device_vanishing_mid_sentence_is_reported_and_speech_resumes_on_it(
         args += ["-p", "retry_s:=1.0"]
         proc = node_process(*args, env=pulse.env(sink=sink), name="tts")
         with ros_node("tts_fault_probe") as (node, ex):
-            statuses: list[dict] = []
-            node.create_subscription(
-                String,
-                f"{unique_ns}/tts_node/status",
-                lambda m: statuses.append(json.loads(m.data)),
-                STATUS_HISTORY,
-            )
+            statuses = History(node, unique_ns, "tts_node")
             states: list[TtsState] = []
             node.create_subscription(TtsState, f"{unique_ns}/tts/state", states.append, qos.LATCHED)
             diag = Diagnostics(node, unique_ns)
@@ -143,7 +124,7 @@ def test_tts_device_vanishing_mid_sentence_is_reported_and_speech_resumes_on_it(
             t_unload = time.monotonic()
             module = ""
 
-            # 2. detected and reported: ~/status ERROR and /diagnostics ERROR with the counter
+            # 2. detected and reported: /diagnostics ERROR with the reason and the counter
             lost = "audio output lost"
             spin_until(ex, lambda: status_after(n_status, lost, "ERROR"), 20, proc.log)
             detection_s = time.monotonic() - t_unload

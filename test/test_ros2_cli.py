@@ -341,8 +341,12 @@ def test_readme_animation_plays(operator):
     name = readme_values("animation")["data"]
     since_events, since_cmds = len(probe.events), len(probe.commands)
     run_readme("animation")
-    accepted = {"event": "accepted", "name": name, "source": "teleop"}
-    wait_until(lambda: accepted in probe.events[since_events:], 20, f"{accepted} on events")
+    accepted = ("accepted", name, "teleop")
+    wait_until(
+        lambda: accepted in [(e.event, e.name, e.source) for e in probe.events[since_events:]],
+        20,
+        f"{accepted} on events",
+    )
 
     def poses() -> set[tuple[float, ...]]:
         return {tuple(m.position) for m in probe.commands[since_cmds:] if m.origin == "teleop"}
@@ -509,16 +513,15 @@ def test_lifecycle_pause_resume_and_a_prompt_answered_on_speech_say(ns_stack):
         "{prompt: 'Are you there?', use_defaults: true}",
         timeout=60,
     )
-    assert "Goal finished with status: ABORTED" in converse.stdout, converse.stdout
-    assert "not active" in converse.stdout
-    # refused aloud, not dropped: llm_node logs it (and counts it in /diagnostics)
+    # an inactive node takes no goal: rejected, and logged (counted as ignored_inactive)
+    assert "Goal was rejected" in converse.stdout, converse.stdout
     wait_until(
-        lambda: re.search(
-            r"turn converse-\w+ refused: llm_node is not active", ns_stack.launch.log()
-        ),
+        lambda: "action llm/converse: ignored, the node is not active" in ns_stack.launch.log(),
         10,
-        "llm_node's log of the refused goal",
+        "llm_node's log of the rejected goal",
     )
+    cancel = ros2("service", "call", f"/{ns}/llm/cancel", "std_srvs/srv/Trigger", timeout=60)
+    assert "success=False" in cancel.stdout and "not active" in cancel.stdout, cancel.stdout
     assert lifecycle("set", node, "activate") == "Transitioning successful"
     assert lifecycle("get", node) == "active [3]"
     # resumed: a prompt from `ros2 topic pub` is answered on speech/say (`ros2 topic echo`)

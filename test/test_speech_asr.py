@@ -3,7 +3,6 @@ metrics), and a missing input device."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,14 +11,13 @@ import numpy as np
 import pytest
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState
-from std_msgs.msg import String
 
 from bolt_agent.core.audio.audio_io import float_to_int16
 from bolt_agent.nodes import qos
 from bolt_agent_interfaces.msg import AudioChunk, Transcript, TtsState, TurnMetrics, VoiceActivity
 from support.asr import start_asr
 from support.audio_fixtures import make_speech, pulse, speech_wav, wait_for, wer  # noqa: F401 - fixtures
-from support.diagnostics import Diagnostics
+from support.diagnostics import ActiveStatus, Diagnostics
 from support.ros_helpers import ros_node, spin_until, wait_for_subscriber
 
 BOUNDARY_S = 0.2
@@ -45,11 +43,7 @@ def watch_asr_nodes(node, ns: str, prefixes: dict[str, str], names: tuple[str, .
             node.create_subscription(
                 msg_type, f"{ns}/{prefix}/{leaf}", seen[key].append, qos.RELIABLE
             )
-    status: dict[str, str] = {}
-    for name in names:
-        node.create_subscription(
-            String, f"{ns}/{name}/status", lambda m, n=name: status.update({n: m.data}), qos.LATCHED
-        )
+    status = ActiveStatus(node, ns, names)
     return seen, status
 
 
@@ -85,8 +79,7 @@ def test_streamed_speech_gives_partials_then_finals_at_true_boundaries(
         node.create_subscription(Transcript, f"{unique_ns}/asr/transcript", events.append, 50)
         metrics: list[TurnMetrics] = []
         node.create_subscription(TurnMetrics, f"{unique_ns}/bolt/turn_metrics", metrics.append, 50)
-        status: list[String] = []
-        node.create_subscription(String, f"{unique_ns}/asr_node/status", status.append, qos.LATCHED)
+        status = ActiveStatus(node, unique_ns, ("asr_node",))
         pub = node.create_publisher(AudioChunk, f"{unique_ns}/audio/input", qos.AUDIO)
         spin_until(ex, lambda: bool(status), 60, lambda: f"the ASR node to listen: {proc.log()}")
         wait_for_subscriber(ex, pub)
@@ -137,15 +130,10 @@ def test_missing_input_device_keeps_node_up_and_reports(node_process, unique_ns,
         node_process, unique_ns, "device:=no_such_device", "retry_s:=0.5", env=pulse.env()
     )
     with ros_node("asr_probe") as (node, ex):
-        status: list[String] = []
-        node.create_subscription(String, f"{unique_ns}/asr_node/status", status.append, qos.LATCHED)
-        spin_until(ex, lambda: bool(status), 60, proc.log)
-        report = json.loads(status[-1].data)
-        assert report["level"] == "ERROR" and report["node"] == "asr_node"
-        assert (
-            "no_such_device" in report["message"] and "available input devices" in report["message"]
-        )
-        assert "default" in report["message"]
+        diag = Diagnostics(node, unique_ns)
+        _, message, _ = diag.wait(ex, "asr_node", lambda lv, *_: lv == "ERROR", 60, [proc])
+        assert "no_such_device" in message and "available input devices" in message
+        assert "default" in message
         spin_until(ex, lambda: proc.log().count("no_such_device") >= 2, 10, "a retry")
     assert proc.alive(), proc.log()
 

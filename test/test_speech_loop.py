@@ -4,7 +4,6 @@ node (another process) records `robot_speaker.monitor` and must hear what was sa
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import signal
 import time
@@ -14,14 +13,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from std_msgs.msg import String
 
 from bolt_agent.core.asr.audio_ingest import StreamGaps
 from bolt_agent.nodes import qos
 from bolt_agent_interfaces.msg import AudioChunk, SpokenText, Transcript, TtsState, TurnMetrics
 from support.asr import start_asr
 from support.audio_fixtures import pulse, wer  # noqa: F401 - fixture
-from support.diagnostics import Diagnostics
+from support.diagnostics import ActiveStatus, Diagnostics
 from support.ros_helpers import NodeProcess, ros_node, spin_until, wait_for_subscriber
 
 SENTENCE = "Hello there, let me check the back room for you."
@@ -71,14 +69,7 @@ def speech_loop(node_process, ns: str, pulse, *asr_params: str) -> Iterator[Loop
         env=pulse.env(source="robot_speaker.monitor"),
     )
     with ros_node("loop_probe") as (node, ex):
-        status: dict[str, dict] = {}
-
-        def on_status(msg: String) -> None:
-            data = json.loads(msg.data)
-            status[data["node"]] = data
-
-        for name in ("tts_node", "asr_node"):
-            node.create_subscription(String, f"{ns}/{name}/status", on_status, qos.LATCHED)
+        status = ActiveStatus(node, ns, ("tts_node", "asr_node"))
         finals = final_transcripts(node, ns)
         states: list[TtsState] = []
         node.create_subscription(TtsState, f"{ns}/tts/state", states.append, qos.LATCHED)
@@ -86,7 +77,7 @@ def speech_loop(node_process, ns: str, pulse, *asr_params: str) -> Iterator[Loop
         loop = Loop(tts, asr, node, ex, status, finals, states, say)
 
         def ready() -> bool:
-            return all(status.get(n, {}).get("level") == "OK" for n in ("tts_node", "asr_node"))
+            return len(status) == 2  # both report OK: active, devices open
 
         try:
             spin_until(ex, ready, 60, "both nodes' devices")

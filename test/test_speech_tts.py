@@ -3,8 +3,6 @@ headless topic output, the Speak action, teleop, and a missing device."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from rclpy.action import ActionClient
 from std_msgs.msg import String
@@ -13,6 +11,7 @@ from bolt_agent.nodes import qos
 from bolt_agent_interfaces.action import Speak
 from bolt_agent_interfaces.msg import AudioChunk, SpokenText, TtsState, TurnMetrics, VoiceActivity
 from support.audio_fixtures import pulse, wait_for  # noqa: F401 - fixture
+from support.diagnostics import History
 from support.ros_helpers import ros_node, spin_until, wait_for_publisher, wait_for_subscriber
 
 LONG = (
@@ -41,15 +40,15 @@ def start_tts(node_process, ns: str, *params: str, env: dict[str, str] | None = 
     return node_process(*args, env=env, name="tts")
 
 
-def status_of(inbox: Inbox) -> dict:
-    return json.loads(inbox.last().data) if inbox.items else {}
+def status_of(history: History) -> dict:
+    return history.last()
 
 
 @pytest.mark.slow
 def test_barge_in_stops_device_playback_within_target(node_process, unique_ns, pulse):  # noqa: F811
     proc = start_tts(node_process, unique_ns, env=pulse.env(sink="robot_speaker"))
     with ros_node("tts_probe") as (node, ex):
-        status = Inbox(node, String, f"{unique_ns}/tts_node/status", qos.LATCHED)
+        status = History(node, unique_ns, "tts_node")
         state = Inbox(node, TtsState, f"{unique_ns}/tts/state", qos.LATCHED)
         metrics = Inbox(node, TurnMetrics, f"{unique_ns}/bolt/turn_metrics")
         say = node.create_publisher(SpokenText, f"{unique_ns}/speech/say", qos.RELIABLE)
@@ -60,7 +59,7 @@ def test_barge_in_stops_device_playback_within_target(node_process, unique_ns, p
             ex,
             lambda: "open on device" in status_of(status).get("message", ""),
             30,
-            lambda: f"the output device to open: {status.items} / {proc.log()}",
+            lambda: f"the output device to open: {status.last()} / {proc.log()}",
         )
         wait_for_subscriber(ex, say)
         wait_for_subscriber(ex, barge)
@@ -78,12 +77,12 @@ def test_barge_in_stops_device_playback_within_target(node_process, unique_ns, p
         assert final.turn_id == "t1" and not final.speaking
         assert final.spoken_text.startswith(first) and len(final.spoken_text) < len(LONG)
         assert LONG.startswith(final.spoken_text)  # a prefix of what was asked, word aligned
-        spin_until(ex, lambda: "stop" in status_of(status), 5, "the stop report")
-        stop = status_of(status)["stop"]
+        spin_until(ex, lambda: "stop.reason" in status_of(status), 5, "the stop report")
+        stop = {k[5:]: v for k, v in status_of(status).items() if k.startswith("stop.")}
         print("stop report", stop)
         assert stop["reason"] == "barge-in" and stop["spoken"] == final.spoken_text
-        assert stop["stop_ms"] <= STOP_TARGET_MS, stop
-        assert stop["last_audio_ms"] <= STOP_TARGET_MS, stop
+        assert float(stop["stop_ms"]) <= STOP_TARGET_MS, stop
+        assert float(stop["last_audio_ms"]) <= STOP_TARGET_MS, stop
         assert [m.source for m in metrics.items] == ["tts"] and metrics.items[0].turn_id == "t1"
         assert metrics.items[0].first_audio.sec > 0
     assert proc.alive(), proc.log()
@@ -178,7 +177,7 @@ def test_missing_output_device_keeps_node_up_and_reports(node_process, unique_ns
         node_process, unique_ns, "device:=no_such_device", "retry_s:=0.5", env=pulse.env()
     )
     with ros_node("tts_probe") as (node, ex):
-        status = Inbox(node, String, f"{unique_ns}/tts_node/status", qos.LATCHED)
+        status = History(node, unique_ns, "tts_node")
         state = Inbox(node, TtsState, f"{unique_ns}/tts/state", qos.LATCHED)
         spin_until(ex, lambda: status_of(status).get("level") == "ERROR", 30, proc.log)
         message = status_of(status)["message"]

@@ -125,3 +125,18 @@ def test_metrics_cli_merges_live_traffic(node_process, unique_ns, tmp_path):
     log = cli.log()
     assert "speech_end→asr_final" in log and "turn-b" in log and "31.5" in log
     assert "wrote 2 turns" in log
+
+
+def test_outcomes_are_the_message_constants():
+    """The core writes TurnMetrics.outcome without importing ROS: its words are the message's
+    OUTCOME_* constants."""
+    from types import SimpleNamespace
+
+    from bolt_agent.core.turn_metrics import turn_outcome
+
+    ok = SimpleNamespace(failure="", cancelled=False)
+    cancelled = SimpleNamespace(failure="", cancelled=True)
+    failed = SimpleNamespace(failure="the model ran out of context", cancelled=False)
+    assert turn_outcome(ok) == TurnMetrics.OUTCOME_OK
+    assert turn_outcome(cancelled) == TurnMetrics.OUTCOME_CANCELLED
+    assert turn_outcome(failed).startswith(TurnMetrics.OUTCOME_FAILED_PREFIX)

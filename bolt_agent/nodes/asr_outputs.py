@@ -84,6 +84,7 @@ class AsrOutputs:
                 # (a partial or early transcript failure is not: the final still comes)
                 reason = f"failed: final transcription: {event.error}"[:200]
                 metrics = TurnMetrics(turn_id=event.utterance_id, source="asr", outcome=reason)
+                metrics.header.stamp = self._now()
                 self._metrics_pub.publish(metrics)
 
     @property
@@ -150,5 +151,5 @@ class AsrOutputs:
             )
         metrics = TurnMetrics(turn_id=uid, source="asr")
         metrics.speech_end = stamp(event.speech_end_ns)
-        metrics.asr_final = self._now()
+        metrics.asr_final = metrics.header.stamp = self._now()
         self._metrics_pub.publish(metrics)

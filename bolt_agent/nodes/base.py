@@ -25,7 +25,6 @@ Lifecycle nodes: ``bolt_agent/nodes/lifecycle.py`` (``BoltLifecycleNode``).
 
 from __future__ import annotations
 
-import json
 import math
 import threading
 import time
@@ -37,7 +36,6 @@ from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor, SetParam
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from std_msgs.msg import String
 
 from bolt_agent.nodes import qos
 from bolt_agent.nodes.guard import CallbackGuardMixin
@@ -61,7 +59,7 @@ _LEVELS = {
 
 
 class _BoltNodeMixin(CallbackGuardMixin):
-    """Parameter declaration/validation, the latched ``~/status`` and ``/diagnostics`` shared by
+    """Parameter declaration/validation, ``status()`` and ``/diagnostics`` shared by
     all nodes."""
 
     Params: ClassVar[type]
@@ -74,8 +72,8 @@ class _BoltNodeMixin(CallbackGuardMixin):
         for f in parameter_fields(self.Params):
             self.declare_parameter(f.name, f.default, descriptor(f, self._load_time_read_only))
         self.params = build_params(self.Params, self._raw_params())
-        self._status_pub = None
         self._status_level, self._status_message = "", ""
+        self._status_extra: dict[str, str] = {}
         self._health_lock = threading.Lock()
         self._failures: dict[str, int] = {}
         self._errors = 0  # errors recorded so far (status ERROR or record_failure)
@@ -151,14 +149,20 @@ class _BoltNodeMixin(CallbackGuardMixin):
 
     # --- status ------------------------------------------------------------------------------
     def status(self: Any, level: str, message: str, **extra: Any) -> None:
-        """Publish the node's state: JSON on latched ``~/status``, and ``/diagnostics`` at once
-        when the level or message changed. ``level``: OK, WARN or ERROR (an ERROR's message
-        becomes the ``last_error``)."""
-        if self._status_pub is None:
-            self._status_pub = Node.create_publisher(self, String, "~/status", qos.LATCHED)
-        data = {"node": self.get_name(), "level": level, "message": message, **extra}
-        self._status_pub.publish(String(data=json.dumps(data, default=str)))
+        """Set the node's state, reported on ``/diagnostics`` (at once when the level or message
+        changed). ``level``: OK, WARN or ERROR (an ERROR's message becomes the ``last_error``).
+        ``extra`` (a dict value is flattened, ``stop={"reason": …}`` → ``stop.reason``) joins
+        the report's values until a later status reports the same key."""
+        flat: dict[str, str] = {}
+        for key, value in extra.items():
+            items = value.items() if isinstance(value, dict) else [("", value)]
+            for sub, v in items:
+                flat[f"{key}.{sub}" if sub else key] = _text(v)
         with self._health_lock:
+            for key in extra:  # a new report of ``key`` replaces all of the old one
+                for old in [k for k in self._status_extra if k == key or k.startswith(key + ".")]:
+                    del self._status_extra[old]
+            self._status_extra.update(flat)
             changed = (level, message) != (self._status_level, self._status_message)
             self._status_level, self._status_message = level, message
             if level == "ERROR":
@@ -208,6 +212,7 @@ class _BoltNodeMixin(CallbackGuardMixin):
             values = {"diagnostic_values_error": repr(exc)}
         level, message = self._diagnostic_level()
         with self._health_lock:
+            values.update(self._status_extra)
             values["last_error"] = self._last_error
             values["failures"] = str(sum(self._failures.values()))
             for kind, n in sorted(self._failures.items()):

@@ -138,7 +138,7 @@ class LlmNode(BoltLifecycleNode):
             self, "teleop/override", self._on_override, callback_group=io, initial=held
         )
         self._entities += self.mute_switch.subscriptions + self.override_switch.subscriptions
-        self._services = [  # llm/reset, llm/cancel: std_srvs/Trigger
+        self._trigger_srvs = [  # llm/reset, llm/cancel: std_srvs/Trigger
             self.create_service(
                 Trigger, name, lambda _q, res, f=serve: f(self, res),
                 callback_group=ReentrantCallbackGroup(),
@@ -182,7 +182,7 @@ class LlmNode(BoltLifecycleNode):
             self.destroy_subscription(ent)
         self._entities = []
         self._converse.destroy()
-        for srv in self._services:
+        for srv in self._trigger_srvs:
             self.destroy_service(srv)
         self._out.destroy()
         self._close_engine("cleanup")

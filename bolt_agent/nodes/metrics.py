@@ -45,6 +45,7 @@ class TurnMetricsPublisher:
         msg = TurnMetrics(turn_id=turn_id, source=self._source, **fields)
         for stage, value in stamps.items():
             setattr(msg, stage, value)
+        msg.header.stamp = self._node.get_clock().now().to_msg()
         self._pub.publish(msg)
         return msg
 

@@ -33,6 +33,7 @@ from std_msgs.msg import Bool
 
 from bolt_agent.nodes import qos
 from bolt_agent.nodes.distro import WITH_MESSAGE_INFO, SubscriptionEventCallbacks
+from bolt_agent.nodes.guard import CallbackGuardMixin
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,8 @@ class OperatorSwitch:
             def callback(msg: Bool) -> None:  # type: ignore[misc]
                 self.offer(bool(msg.data), None)
 
+        # state, not a request: a mute sent while a bolt node is inactive holds at activation
+        state_input = {"while_inactive": True} if isinstance(node, CallbackGuardMixin) else {}
         self.subscriptions = [
             node.create_subscription(
                 Bool,
@@ -123,7 +126,7 @@ class OperatorSwitch:
                 profile,
                 callback_group=callback_group,
                 event_callbacks=quiet,
-                while_inactive=True,  # state, not a request: a mute must hold at activation
+                **state_input,
             )
             for profile in (qos.LATCHED, qos.RELIABLE)
         ]

@@ -66,7 +66,7 @@ class TtsOutputs:
             self._state(event)
         elif isinstance(event, FirstAudio):
             metrics = TurnMetrics(turn_id=event.turn_id, source="tts")
-            metrics.first_audio = node.get_clock().now().to_msg()
+            metrics.first_audio = metrics.header.stamp = node.get_clock().now().to_msg()
             self._metrics_pub.publish(metrics)
         elif isinstance(event, Stopped):
             info = event.info.as_dict()

@@ -56,3 +56,38 @@ class Diagnostics:
             logs = "\n".join(p.log() for p in procs)
             raise AssertionError(f"{exc}; last report: {self.get(name)}\n{logs}") from None
         return self.get(name)
+
+
+class ActiveStatus(dict):
+    """Node name → its latest message on /diagnostics, for nodes (under ``ns``) that report OK:
+    active and running. Empty until then; ``len()`` counts the nodes that are up."""
+
+    def __init__(self, node, ns: str, names: tuple[str, ...]) -> None:
+        super().__init__()
+        self._names = {f"{ns}/{n}": n for n in names}
+        node.create_subscription(DiagnosticArray, "/diagnostics", self._on, qos.DIAGNOSTICS)
+
+    def _on(self, msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            name = self._names.get(status.name)
+            if name is not None and status.level == DiagnosticStatus.OK:
+                self[name] = status.message
+
+
+class History(list):
+    """Every report of one node on /diagnostics, in order, as ``{"level", "message", **values}``
+    dicts (what the node's ``status()`` set, its extras and counters included)."""
+
+    def __init__(self, node, ns: str, name: str) -> None:
+        super().__init__()
+        self._name = f"{ns}/{name}"
+        node.create_subscription(DiagnosticArray, "/diagnostics", self._on, qos.DIAGNOSTICS)
+
+    def _on(self, msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            if status.name == self._name:
+                values = {kv.key: kv.value for kv in status.values}
+                self.append({**values, "level": LEVEL[status.level], "message": status.message})
+
+    def last(self) -> dict:
+        return self[-1] if self else {}
