@@ -206,11 +206,11 @@ def test_poses_beyond_reachy_mini_are_refused_before_they_reach_it(node_process,
             n = len(rig.rx.events)
             rig.joint_pub.publish(JointState(name=names, position=values))
 
-            def refusals(n=n) -> list[dict]:  # (the connection's own event may come first)
+            def refusals(n=n) -> list:  # (the connection's own event may come first)
                 return [e for e in rig.rx.events[n:] if e.event == "rejected"]
 
             spin_until(ex, refusals, 10, "the refusal")
-            assert why in refusals()[0]["reason"], refusals()
+            assert why in refusals()[0].reason, refusals()
         rig.spin_for_states(25)
         after = measured(daemon.state())
         assert all(abs(after[j] - before[j]) < 0.02 for j in JOINTS), (before, after)
