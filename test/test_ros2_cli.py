@@ -33,6 +33,7 @@ from pathlib import Path
 import pytest
 import yaml
 from std_msgs.msg import Bool, String
+from std_srvs.srv import Trigger
 
 from bolt_agent.nodes.action_client import ActionClient
 from bolt_agent.nodes.llm_params import LlmParams
@@ -520,8 +521,13 @@ def test_lifecycle_pause_resume_and_a_prompt_answered_on_speech_say(ns_stack):
         10,
         "llm_node's log of the rejected goal",
     )
-    cancel = ros2("service", "call", f"/{ns}/llm/cancel", "std_srvs/srv/Trigger", timeout=60)
-    assert "success=False" in cancel.stdout and "not active" in cancel.stdout, cancel.stdout
+    # (an rclpy client: the shared ros2cli's `service call` needs a newer rclpy than Jazzy's)
+    client = ns_stack.probe.node.create_client(Trigger, f"/{ns}/llm/cancel")
+    wait_until(client.service_is_ready, 30, "the llm/cancel service")
+    future = client.call_async(Trigger.Request())
+    wait_until(future.done, 30, "llm/cancel's answer")
+    answer = future.result()
+    assert not answer.success and answer.message == "the node is not active", answer
     assert lifecycle("set", node, "activate") == "Transitioning successful"
     assert lifecycle("get", node) == "active [3]"
     # resumed: a prompt from `ros2 topic pub` is answered on speech/say (`ros2 topic echo`)
