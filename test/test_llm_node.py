@@ -8,7 +8,6 @@ import time
 import pytest
 from rclpy.action import ActionClient
 from std_msgs.msg import Bool, String
-from std_srvs.srv import Trigger
 
 from bolt_agent.nodes.qos import LATCHED, RELIABLE
 from bolt_agent_interfaces.action import Converse
@@ -18,7 +17,7 @@ from bolt_agent_interfaces.msg import (
     VoiceActivity,
 )
 from support.diagnostics import Diagnostics
-from support.llm import Recorder, start_llm
+from support.llm import Recorder, start_llm, trigger_caller
 from support.ros_helpers import ros_node, spin_until, wait_for_subscriber
 
 #: a long spoken answer, to be interrupted after its first sentence. Sampled (seed 11): greedy
@@ -244,14 +243,8 @@ def test_reset_service_starts_a_new_conversation(node_process, unique_ns):
     llm = start_llm(node_process, unique_ns, tool_choice="none", max_steps="1")
     with ros_node("resetter", unique_ns) as (node, executor):
         rec = Recorder(node, serve_animation=False)
-        reset = node.create_client(Trigger, "llm/reset")
         wait_for_subscriber(executor, rec.prompt, timeout=60)
-        spin_until(executor, reset.service_is_ready, 30, "the llm/reset service")
-
-        def call() -> Trigger.Response:
-            future = reset.call_async(Trigger.Request())
-            spin_until(executor, future.done, 30, lambda: f"llm/reset\n{llm.log()[-2000:]}")
-            return future.result()
+        call = trigger_caller(node, executor, "llm/reset", llm)
 
         for i in (1, 2):
             rec.prompt.publish(String(data=f"Hello number {i}."))
@@ -271,14 +264,8 @@ def test_cancel_service_stops_the_turn_in_progress(node_process, unique_ns):
     llm = start_llm(node_process, unique_ns, **STORY)
     with ros_node("canceller", unique_ns) as (node, executor):
         rec = Recorder(node, serve_animation=False)
-        cancel = node.create_client(Trigger, "llm/cancel")
         wait_for_subscriber(executor, rec.prompt, timeout=60)
-        spin_until(executor, cancel.service_is_ready, 30, "the llm/cancel service")
-
-        def call() -> Trigger.Response:
-            future = cancel.call_async(Trigger.Request())
-            spin_until(executor, future.done, 30, lambda: f"llm/cancel\n{llm.log()[-2000:]}")
-            return future.result()
+        call = trigger_caller(node, executor, "llm/cancel", llm)
 
         idle = call()
         assert not idle.success and idle.message == "no turn in progress", idle

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from rclpy.action import ActionServer
 from rclpy.callback_groups import ReentrantCallbackGroup
 from std_msgs.msg import String
+from std_srvs.srv import Trigger
 
 from bolt_agent.nodes.messages import tool_event_dict
 from bolt_agent.nodes.qos import RELIABLE
 from bolt_agent_interfaces.action import PlayAnimation
 from bolt_agent_interfaces.msg import SpokenText, ToolEvent, TurnMetrics
+from support.ros_helpers import spin_until
 
 BASE_PARAMS = {
     "enable_thinking": "false",
@@ -78,3 +81,17 @@ class Recorder:
 
     def spoken(self, turn_id: str) -> list[tuple[float, SpokenText]]:
         return [(t, m) for t, m in self.said if m.turn_id == turn_id and m.text]
+
+
+def trigger_caller(node, executor, service: str, llm) -> Callable[[], Trigger.Response]:
+    """A function that calls llm_node's std_srvs/Trigger ``service`` (once it is up) and returns
+    the answer; a timeout fails with the node's log."""
+    client = node.create_client(Trigger, service)
+    spin_until(executor, client.service_is_ready, 30, f"the {service} service")
+
+    def call() -> Trigger.Response:
+        future = client.call_async(Trigger.Request())
+        spin_until(executor, future.done, 30, lambda: f"{service}\n{llm.log()[-2000:]}")
+        return future.result()
+
+    return call
