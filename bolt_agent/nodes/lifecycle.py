@@ -78,7 +78,7 @@ class BoltLifecycleNode(_BoltNodeMixin, LifecycleNode):
         if state == "active":
             return super()._diagnostic_level()
         if self._configure_error and not self._is_configured:
-            return "ERROR", f"{state}: configure failed: {self._configure_error}"
+            return "ERROR", f"{state}: {self._configure_error}"
         return "WARN", f"{state}: not running"
 
     def diagnostic_status(self) -> DiagnosticStatus:
@@ -92,7 +92,7 @@ class BoltLifecycleNode(_BoltNodeMixin, LifecycleNode):
             self.params = build_params(self.Params, self._raw_params())
         except ParamError as exc:
             self.get_logger().error(f"configure failed: {exc}")
-            self._configure_error = str(exc)
+            self._configure_error = f"configure failed: {exc}"
             self.status("ERROR", f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE
         errors_before = self._errors
@@ -106,7 +106,7 @@ class BoltLifecycleNode(_BoltNodeMixin, LifecycleNode):
             self._configure_error = ""
         else:  # the reason: what configure() recorded (record_failure), else the log has it
             reason = self._last_error if self._errors != errors_before else "see the log"
-            self._configure_error = reason
+            self._configure_error = f"configure failed: {reason}"
             self.status("ERROR", f"configure failed: {reason}")
         return result
 
