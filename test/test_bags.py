@@ -196,3 +196,67 @@ def test_info_and_argument_errors(recorded_bag, unique_ns):
         parse_remaps(["/a=/b"])
     with pytest.raises(BagError, match="rate must be positive"):
         playback_offsets([1, 2], rate=0)
+
+
+#: TurnMetrics as recorded before it had a header (bags from before the typed interfaces)
+OLD_TURN_METRICS = """string turn_id
+string source
+builtin_interfaces/Time speech_end
+builtin_interfaces/Time asr_final
+builtin_interfaces/Time llm_first_token
+builtin_interfaces/Time first_speech
+builtin_interfaces/Time first_audio
+builtin_interfaces/Time first_tool_goal
+builtin_interfaces/Time tool_done
+builtin_interfaces/Time turn_end
+uint32 prompt_tokens
+uint32 completion_tokens
+uint32 thinking_tokens
+uint32 draft_tokens
+uint32 accepted_tokens
+float32 decode_tok_s
+float32 network_ttft_s
+string outcome
+"""
+
+
+def test_a_topic_recorded_with_an_older_definition_is_not_played(tmp_path, unique_ns):
+    """An old bag: its TurnMetrics bytes lack today's header. The player names the topic and
+    why, plays the rest, and refuses a bag with nothing else to play."""
+    from rosbags.rosbag2 import Writer
+
+    old = get_typestore(Stores.ROS2_KILTED)
+    old.register(get_types_from_msg(OLD_TURN_METRICS, "bolt_agent_interfaces/msg/TurnMetrics"))
+    tm, text = "bolt_agent_interfaces/msg/TurnMetrics", "std_msgs/msg/String"
+    bag = tmp_path / "old_bag"
+    with Writer(bag, version=Writer.VERSION_LATEST) as writer:
+        conns = {
+            t: writer.add_connection(
+                t, m, msgdef=old.generate_msgdef(m, ros_version=2)[0], rihs01=old.hash_rihs01(m)
+            )
+            for t, m in ((f"{unique_ns}/bolt/turn_metrics", tm), (f"{unique_ns}/chatter", text))
+        }
+        for i in range(3):
+            t_ns = 1_000_000_000 * (100 + i)
+            metrics = old.types[tm](
+                turn_id=f"t{i}", source="llm", **{f: old.types["builtin_interfaces/msg/Time"](
+                    sec=0, nanosec=0) for f in ("speech_end", "asr_final", "llm_first_token",
+                    "first_speech", "first_audio", "first_tool_goal", "tool_done", "turn_end")},
+                prompt_tokens=1, completion_tokens=2, thinking_tokens=0, draft_tokens=0,
+                accepted_tokens=0, decode_tok_s=1.0, network_ttft_s=0.0, outcome="ok",
+            )  # fmt: skip
+            writer.write(conns[f"{unique_ns}/bolt/turn_metrics"], t_ns,
+                         old.serialize_cdr(metrics, tm))  # fmt: skip
+            chat = old.types[text](data=f"hello {i}")
+            writer.write(conns[f"{unique_ns}/chatter"], t_ns, old.serialize_cdr(chat, text))
+    with ros_node("old_bag_player", unique_ns) as (node, _executor):
+        player = BagPlayer(node, bag)
+        assert list(player.skipped) == [f"{unique_ns}/bolt/turn_metrics"]
+        assert "recorded as an older bolt_agent_interfaces/msg/TurnMetrics" in next(
+            iter(player.skipped.values())
+        )
+        assert {m.topic for m in player.messages} == {f"{unique_ns}/chatter"}
+        assert set(player.publishers) == {f"{unique_ns}/chatter"}
+        player.destroy()
+        with pytest.raises(BagError, match=r"nothing to play.*recorded as an older"):
+            BagPlayer(node, bag, topics=[f"{unique_ns}/bolt/turn_metrics"])

@@ -33,6 +33,7 @@ from bolt_agent.core.sim.bag_io import (
     BagReader,
     BagWriter,
     TypeCatalog,
+    outdated_topics,
     playback_offsets,
 )
 
@@ -185,6 +186,10 @@ class BagPlayer:
     live in the bag's time: their stamps, timers and timeouts follow the recording. Before the
     first message the clock holds at the bag's start (nodes see time, not zero); with ``loop``
     it starts over, as rosbag2's does.
+
+    A topic recorded with an older definition of one of this project's types (its RIHS01 hash
+    differs from the installed one) is not played: its bytes would not decode as today's type.
+    It is named in a warning and in ``skipped``.
     """
 
     def __init__(
@@ -210,6 +215,14 @@ class BagPlayer:
             selected = [t for t in summary.topics if only is None or t.name in only]
             if topics is not None and not selected:
                 raise BagError(f"none of {list(topics)} is in {reader.path}")
+            self.skipped = outdated_topics(selected, TypeCatalog())
+            for why in self.skipped.values():
+                node.get_logger().warning(why)
+            selected = [t for t in selected if t.name not in self.skipped]
+            if not selected:
+                raise BagError(
+                    f"nothing to play in {reader.path}: " + "; ".join(self.skipped.values())
+                )
             self.messages = list(reader.messages([t.name for t in selected]))
         self.publishers = {}
         for t in selected:
