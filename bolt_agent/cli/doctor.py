@@ -23,7 +23,10 @@ def _ros(table: Table, report: Report) -> None:
         import rclpy  # noqa: F401
         from rclpy.utilities import get_rmw_implementation_identifier
 
-        table.add_row("rclpy", "ok", get_rmw_implementation_identifier())
+        from bolt_agent.nodes.distro import ros_distro
+
+        rmw = get_rmw_implementation_identifier()
+        table.add_row("rclpy", "ok", f"ROS 2 {ros_distro()}, {rmw}")
     except Exception as exc:  # import or RMW load failure: report, don't crash
         table.add_row("rclpy", "[red]missing", str(exc))
         report.problems.append(f"rclpy cannot be imported: {exc}")
