@@ -3,7 +3,7 @@
 # set-up's distro switch, then runs the selection below in it. .ci/run calls it after `make test`
 # (Kilted, the whole suite). The selection is every test that starts nodes through the ROS
 # tooling a robot uses (ros2 launch, ros2 lifecycle/topic/param/action/service, colcon, bags
-# with /clock) plus one node test per node kind, about a third of the Kilted run's time: what
+# with /clock) plus the node tests of every node kind, about a third of the Kilted run's time: what
 # differs between distros is rclpy, rcl and the CLI, not the pure-Python core that the rest
 # of the suite exercises. test_distro checks that this run really is on Jazzy.
 set -euo pipefail
@@ -24,6 +24,9 @@ python -m pytest \
   test/test_colcon_install.py \
   test/test_operator_switch.py \
   test/test_animation_node.py \
+  test/test_teleop_node.py \
+  test/test_speech_asr.py \
+  test/test_speech_tts.py \
   test/test_game_state.py \
   test/test_perception_node.py \
   test/test_llm_node.py \
