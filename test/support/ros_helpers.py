@@ -55,8 +55,21 @@ def ros_node(name: str, namespace: str = "") -> Iterator[tuple[Node, SingleThrea
         yield node, executor
     finally:
         executor.shutdown()
+        destroy_waitables(node)
         node.destroy_node()
         rclpy.shutdown(context=context)
+
+
+def destroy_waitables(node: Node) -> None:
+    """Destroy the node's action clients and servers now. ``destroy_node`` leaves waitables to
+    the garbage collector, which may then finalise one long after its node and context are gone,
+    in another test: a full run once hung for good there (Fast DDS's reader teardown waiting on
+    its event thread, which waited on a discovery lock), during an unrelated test's model load."""
+    for waitable in list(node.waitables):
+        destroy = getattr(waitable, "destroy", None)
+        if callable(destroy):
+            with contextlib.suppress(Exception):
+                destroy()
 
 
 def default_signals() -> None:
