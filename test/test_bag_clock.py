@@ -74,7 +74,8 @@ def test_bag_replay_with_sim_time_advances_node_time(
 
     # /clock: the bag's time, advancing, never ahead of the recording's end by much
     assert clock and min(clock) >= BAG_START_S and max(clock) <= BAG_START_S + duration + 1
-    assert max(clock) - min(clock) >= duration - 1.0
+    # (the probe's subscription may match the player a little late: on Jazzy 0.6 s)
+    assert max(clock) - min(clock) >= duration - 2.0
     assert all(b >= a for a, b in itertools.pairwise(clock))
     # the node lives in the bag's time: its stamps fall inside the recording, in order
     for final, text, (first, last) in zip(finals, speech_wav.texts, speech_wav.truth, strict=True):

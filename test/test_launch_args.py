@@ -67,8 +67,14 @@ def test_params_file_namespace_sim_time_and_log_level(launch, tmp_path, unique_n
     assert values["rate_hz"] == 50.0 and values["policy"] == "preempt"  # installed defaults stay
     assert values["use_sim_time"] is True
 
-    info = ros2("node", "info", node)
-    assert info.returncode == 0, info.stderr
+    found: list = []
+
+    def info_found() -> bool:  # Jazzy's discovery may need more than one --spin-time
+        found[:] = [ros2("node", "info", node)]
+        return found[0].returncode == 0
+
+    stack.wait_for(info_found, 60, f"`ros2 node info {node}` (last: {found})")
+    info = found[0]
     names = set(re.findall(r"^\s+(/\S+): ", info.stdout, re.M))
     assert f"{unique_ns}/animation/play" in names and f"{unique_ns}/robot/joint_states" in names
     outside = {n for n in names if not n.startswith(unique_ns + "/")} - GLOBAL_NAMES
