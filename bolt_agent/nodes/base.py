@@ -76,6 +76,7 @@ class _BoltNodeMixin(CallbackGuardMixin):
         self._status_extra: dict[str, str] = {}
         self._health_lock = threading.Lock()
         self._failures: dict[str, int] = {}
+        self._inactive_inputs: dict[str, int] = {}  # input → times ignored while inactive
         self._errors = 0  # errors recorded so far (status ERROR or record_failure)
         self._last_error, self._last_failure_t = "", -math.inf
         period = self.declare_parameter(

@@ -90,8 +90,7 @@ class CallbackGuardMixin:
 
     def _ignored_inactive(self: Any, what: str) -> None:
         with self._health_lock:
-            counts = self.__dict__.setdefault("_inactive_inputs", {})
-            counts[what] = counts.get(what, 0) + 1
+            self._inactive_inputs[what] = self._inactive_inputs.get(what, 0) + 1
         self.get_logger().warning(
             f"{what}: ignored, the node is not active", throttle_duration_sec=5.0
         )
@@ -99,7 +98,7 @@ class CallbackGuardMixin:
     def ignored_inactive(self: Any) -> int:
         """Inputs ignored so far because the node was not active."""
         with self._health_lock:
-            return sum(self.__dict__.get("_inactive_inputs", {}).values())
+            return sum(self._inactive_inputs.values())
 
     def _callback_failed(self: Any, what: str, exc: BaseException) -> None:
         key = (what, type(exc).__name__)
