@@ -30,8 +30,9 @@ stamp_set() { mkdir -p "$STAMPS"; printf '%s' "$2" >"$STAMPS/$1"; }
 # 1. Debian packages: PortAudio, the ALSA->PulseAudio plugin and a PulseAudio daemon for real audio
 #    devices without a sound card (tests use null sinks); for Pollen's Reachy Mini SDK and daemon,
 #    what PyGObject builds against and the GStreamer bindings the daemon imports, and OSMesa for
-#    MuJoCo's headless rendering.
-DEB_PKGS=(pulseaudio libportaudio2 libasound2-plugins
+#    MuJoCo's headless rendering; espeak-ng, voices other than the robot's for the echo tests
+#    and benchmark.
+DEB_PKGS=(pulseaudio libportaudio2 libasound2-plugins espeak-ng
   libcairo2-dev libgirepository1.0-dev pkg-config gir1.2-gstreamer-1.0
   gir1.2-gst-plugins-base-1.0 libosmesa6)
 missing=()

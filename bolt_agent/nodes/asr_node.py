@@ -7,7 +7,9 @@ at speech start/stop without ever waiting for whisper; a one-thread executor run
 (partials every `partial_interval_s` of speech, finals, the early final that is transcribed
 as soon as a silence begins and published when the VAD confirms the end, so whisper's time hides
 behind the `min_silence_ms` wait). `tts/state` tells the listener when the robot speaks
-(`echo_mode: gate` ignores the mic; `barge_in` needs louder, longer speech and flags it).
+(`echo_mode: gate` ignores the mic; `barge_in` needs louder, longer speech and flags it; `aec`
+cancels the robot's voice against `audio/output` and tells interruptions from backchannels,
+which go out on `asr/backchannel`: `asr_echo.py`, docs/echo.md).
 `audio/input` is subscribed best effort (sensor-data QoS): a microphone driver's best-effort
 stream and our reliable publishers both match. Every received block is checked before it is
 converted (rate, channels, whole frames, `max_chunk_s`); queued audio is capped at
@@ -44,6 +46,7 @@ from bolt_agent.core.audio.audio_io import (
 )
 from bolt_agent.core.models import ModelNotFoundError
 from bolt_agent.nodes import qos
+from bolt_agent.nodes.asr_echo import AsrEcho
 from bolt_agent.nodes.asr_outputs import AsrOutputs
 from bolt_agent.nodes.asr_params import AsrParams
 from bolt_agent.nodes.lifecycle import BoltLifecycleNode
@@ -69,6 +72,7 @@ class AsrNode(BoltLifecycleNode):
         self._listener: Listener | None = None
         self._resamplers = RateResamplers(SAMPLE_RATE)
         self._robot_speaking = False  # the latest tts/state (latched: may come before activate)
+        self._echo = AsrEcho(self, lambda: self._listener)  # echo_mode aec
 
     # --- lifecycle ---------------------------------------------------------------------------
     def configure(self) -> TransitionCallbackReturn:
@@ -100,7 +104,14 @@ class AsrNode(BoltLifecycleNode):
                 "early transcript; every turn waits end_of_turn_max_silence_ms"
             )
         self._out.open(publish_audio=p.audio_source == "device" and p.publish_audio)
+        why = self._echo.configure(p)
+        if why:
+            self.record_failure("configure", why)
+            self._out.close()
+            return TransitionCallbackReturn.FAILURE
         self._subs = [
+            # what the robot plays and says: the canceller's reference, its own words (aec)
+            *self._echo.subscriptions(),
             self.create_subscription(TtsState, "tts/state", self._on_tts, qos.LATCHED),
             self.create_subscription(
                 EndOfTurnHint, "llm/end_of_turn", self._on_end_of_turn_hint, qos.RELIABLE
@@ -134,6 +145,7 @@ class AsrNode(BoltLifecycleNode):
             VadSegmenter(p.vad_config()),
             runner=self._whisper,
             emit=self._out.publish,
+            canceller=self._echo.canceller,
         )
         self._listener.robot_speaking(self._robot_speaking)
         self._worker = threading.Thread(target=self._work, name="asr-vad", daemon=True)
@@ -300,7 +312,10 @@ class AsrNode(BoltLifecycleNode):
             listener.update_settings(self.params.listener_settings())
         if self._out.republishes_audio:
             self._out.audio(block.samples, block.stamp_ns)
-        listener.push(block.samples, block.stamp_ns, queued=queued)
+        ready = self._echo.wait_for_reference(
+            block.stamp_ns, len(block.samples), self._robot_speaking
+        )
+        listener.push(block.samples, block.stamp_ns, queued=queued, reference_ready=ready)
 
     def _guarded(self, step) -> None:
         """Keep listening: one bad block (or a failing step) must not end the node."""
@@ -343,6 +358,8 @@ class AsrNode(BoltLifecycleNode):
             # the shorter first encoder window: transcripts it gave, and those redone in full
             "first_window_kept": kept,
             "first_window_redone": sum(redone.values()),
+            # aec: the canceller, and what the barge-in judge decided
+            **self._echo.values(self._listener, self._out.backchannels, self._out.echo_dropped),
         }
 
 

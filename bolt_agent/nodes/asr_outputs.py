@@ -38,21 +38,28 @@ class AsrOutputs:
         self.ended_by: dict[str, int] = {}  # silence | hint | text | audio_stopped | ...
         self.resumed = 0  # utterances resumed after an early transcript
         self._va_pub = self._text_pub = self._metrics_pub = self._audio_pub = None
+        self._backchannel_pub = None
+        self.backchannels = 0  # finals said over the robot and judged backchannels (aec)
+        self.echo_dropped = 0  # finals that were only the robot's own words (aec)
 
     def open(self, publish_audio: bool) -> None:
         node = self._node
         self._va_pub = node.create_publisher(VoiceActivity, "asr/voice_activity", qos.RELIABLE)
         self._text_pub = node.create_publisher(Transcript, "asr/transcript", qos.RELIABLE)
+        # aec: "uh-huh" over the robot, kept as the user's words but no turn of theirs
+        self._backchannel_pub = node.create_publisher(Transcript, "asr/backchannel", qos.RELIABLE)
         self._metrics_pub = node.create_publisher(TurnMetrics, "bolt/turn_metrics", qos.RELIABLE)
         self._audio_pub = None
         if publish_audio:
             self._audio_pub = node.create_publisher(AudioChunk, "audio/input", qos.AUDIO)
 
     def close(self) -> None:
-        for pub in (self._va_pub, self._text_pub, self._metrics_pub, self._audio_pub):
+        pubs = (self._va_pub, self._text_pub, self._metrics_pub, self._audio_pub)
+        for pub in (*pubs, self._backchannel_pub):
             if pub is not None:
                 self._node.destroy_publisher(pub)
         self._va_pub = self._text_pub = self._metrics_pub = self._audio_pub = None
+        self._backchannel_pub = None
 
     @property
     def republishes_audio(self) -> bool:
@@ -72,6 +79,9 @@ class AsrOutputs:
             self._transcript(event)
         elif isinstance(event, FinalMetrics):
             self._final_metrics(event)
+        elif isinstance(event, NoSpeech) and event.reason == "echo":
+            self.echo_dropped += 1
+            self._log.info(f"utterance {event.utterance_id}: the robot's own words; dropped")
         elif isinstance(event, NoSpeech):
             self._log.info(f"utterance {event.utterance_id}: no speech recognised; dropped")
         elif isinstance(event, TranscriptionFailed):
@@ -118,6 +128,12 @@ class AsrOutputs:
         )
         msg.header.stamp = self._now()
         msg.audio_start, msg.audio_end = stamp(event.audio_start_ns), stamp(event.audio_end_ns)
+        if event.backchannel:  # not the user's turn: the LLM never sees it as one
+            if event.is_final:
+                self.backchannels += 1
+                self._backchannel_pub.publish(msg)
+                self._log.info(f"backchannel [{event.utterance_id}] {event.text!r}: not a turn")
+            return
         self._text_pub.publish(msg)
         kind = "final" if event.is_final else "early" if event.early else "partial"
         lag = (self._node.get_clock().now().nanoseconds - event.audio_end_ns) / 1e9

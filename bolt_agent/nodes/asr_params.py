@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bolt_agent.core.asr.asr_engine import WhisperEngine
+from bolt_agent.core.asr.barge_in import DEFAULT_BACKCHANNELS, DEFAULT_STOP_WORDS, BargeInSettings
 from bolt_agent.core.asr.end_of_turn import EndOfTurnSettings
 from bolt_agent.core.asr.listener import ListenerSettings
 from bolt_agent.core.asr.vad_segmenter import VadConfig
@@ -22,6 +23,11 @@ def _echo_mode(value: Any) -> Any:
     if value is False or str(value).lower() in ("false", "none"):
         return "off"
     return value
+
+
+def _words(value: Any) -> Any:
+    """A string array parameter as a tuple (the frozen parameters stay hashable)."""
+    return tuple(value) if isinstance(value, (list, tuple)) else value
 
 
 @dataclass(frozen=True)
@@ -202,9 +208,11 @@ class AsrParams:
     echo_mode: str = param(
         "barge_in",
         "while the robot speaks: 'off' (listen as usual), 'gate' (ignore the mic, and for "
-        "echo_tail_ms after) or 'barge_in' (only louder, longer speech counts, flagged "
-        "barge_in); a bare YAML off (read as false) means 'off'",
-        choices=("off", "gate", "barge_in"),
+        "echo_tail_ms after), 'barge_in' (only louder, longer speech counts, flagged "
+        "barge_in) or 'aec' (the robot's voice cancelled against audio/output, then "
+        "interruptions told from backchannels by their words); a bare YAML off (read as "
+        "false) means 'off'",
+        choices=("off", "gate", "barge_in", "aec"),
         dynamic_typing=True,
         normalize=_echo_mode,
     )
@@ -214,9 +222,66 @@ class AsrParams:
     barge_in_min_ms: int = param(
         300, "speech in ms needed while the robot speaks (barge_in)", low=0, high=60000
     )
+    aec_canceller: str = param(
+        "speex",
+        "aec: 'speex' cancels the echo here against audio/output (SpeexDSP's MDF filter; the "
+        "TTS must publish audio/output: audio_sink topic), 'external' takes the input as "
+        "already cancelled (PulseAudio's module-echo-cancel, a microphone array's own "
+        "canceller) and only tells interruptions from backchannels",
+        load_time=True,
+        choices=("speex", "external"),
+    )
+    aec_filter_ms: int = param(
+        200,
+        "aec: the longest echo path the canceller models in ms (the room's delay and tail, "
+        "plus the output and input latency when the reference is not stamped at the speaker)",
+        load_time=True,
+        low=10,
+        high=2000,
+    )
+    aec_reference_wait_ms: float = param(
+        300.0,
+        "aec, while the robot speaks: how long after its end a microphone block may wait for "
+        "what the robot played over the same span to come on audio/output (then it is "
+        "cancelled against what has come, and counted in aec_late_references)",
+        low=0.0,
+        high=5000.0,
+    )
+    aec_threshold: float = param(
+        0.6, "VAD probability needed while the robot speaks (aec)", low=0.0, high=1.0
+    )
+    aec_min_ms: int = param(
+        150, "speech in ms needed while the robot speaks (aec)", low=0, high=60000
+    )
+    barge_in_probe_ms: int = param(
+        250,
+        "aec: how often in ms of the user's voice a quick transcript checks whether it "
+        "interrupts (0 = only the early and final transcripts)",
+        low=0,
+        high=10000,
+    )
+    backchannel_words: tuple[str, ...] = param(
+        DEFAULT_BACKCHANNELS,
+        "aec: words and phrases that never stop the robot ('uh-huh', 'i see'); an utterance "
+        "of only these is published with backchannel=true",
+        normalize=_words,
+    )
+    stop_words: tuple[str, ...] = param(
+        DEFAULT_STOP_WORDS, "aec: words that stop the robot at once ('wait')", normalize=_words
+    )
+    interrupt_after_ms: int = param(
+        1500,
+        "aec: a voice over the robot this long in ms stops it whatever its words",
+        low=1,
+        high=60000,
+    )
+    interrupt_words: int = param(
+        3, "aec: this many words that are not backchannels stop the robot", low=1, high=100
+    )
     echo_tail_ms: int = param(
         300,
-        "gate: keep ignoring the mic this long in ms after the robot stops",
+        "gate: keep ignoring the mic this long in ms after the robot stops; aec: an "
+        "utterance starting this long after it stopped is still judged as a barge-in",
         low=0,
         high=60000,
     )
@@ -282,6 +347,15 @@ class AsrParams:
             echo_mode=self.echo_mode,
             barge_in_threshold=self.barge_in_threshold,
             barge_in_min_ms=self.barge_in_min_ms,
+            aec_threshold=self.aec_threshold,
+            aec_min_ms=self.aec_min_ms,
+            probe_interval_ms=self.barge_in_probe_ms,
+            barge_in=BargeInSettings(
+                backchannels=self.backchannel_words,
+                stop_words=self.stop_words,
+                interrupt_after_ms=self.interrupt_after_ms,
+                interrupt_words=self.interrupt_words,
+            ),
             echo_tail_ms=self.echo_tail_ms,
             partial_interval_s=self.partial_interval_s,
             early_final=self.early_final,

@@ -70,7 +70,9 @@ class _BoltNodeMixin(CallbackGuardMixin):
     def _init_bolt(self: Any) -> None:
         self._widen_integer_overrides()
         for f in parameter_fields(self.Params):
-            self.declare_parameter(f.name, f.default, descriptor(f, self._load_time_read_only))
+            # a word list is a tuple in the frozen parameters, a string array (a list) in ROS
+            default = list(f.default) if isinstance(f.default, tuple) else f.default
+            self.declare_parameter(f.name, default, descriptor(f, self._load_time_read_only))
         self.params = build_params(self.Params, self._raw_params())
         self._status_level, self._status_message = "", ""
         self._status_extra: dict[str, str] = {}

@@ -122,7 +122,11 @@ class TtsNode(BoltLifecycleNode):
         self._done_q = done_q = queue.Queue()
         if p.audio_sink == "topic":
             self._sink = PacedSink(
-                self._out.audio, rate, block, on_done=done_q.put, on_error=self._audio_failed
+                lambda b: self._out.audio(b, self._sink.late_s),
+                rate,
+                block,
+                on_done=done_q.put,
+                on_error=self._audio_failed,
             )
         else:
             latency = p.latency_s or "low"

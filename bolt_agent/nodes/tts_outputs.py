@@ -50,10 +50,12 @@ class TtsOutputs:
         self._state_pub = self._metrics_pub = self._audio_pub = None
         self._sample_rate = 0
 
-    def audio(self, block: np.ndarray) -> None:
-        """One block of the voice on audio/output (``audio_sink: topic``)."""
+    def audio(self, block: np.ndarray, late_s: float = 0.0) -> None:
+        """One block of the voice on audio/output (``audio_sink: topic``), stamped with its
+        slot on the stream's clock (``late_s``: how late it goes out against it)."""
         msg = AudioChunk()
-        msg.header.stamp = self._node.get_clock().now().to_msg()
+        now = self._node.get_clock().now().nanoseconds - int(late_s * 1e9)
+        msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(now, 1_000_000_000)
         msg.sample_rate = self._sample_rate
         msg.channels = 1
         msg.samples = array.array("h", block.tobytes())

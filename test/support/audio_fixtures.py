@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from bolt_agent.testing.pulse_server import PulseServer, wait_for  # noqa: F401 - re-exported for tests
+from bolt_agent.testing.voices import wer  # noqa: F401 - re-exported for tests
 
 
 @pytest.fixture(scope="session")
@@ -77,24 +78,6 @@ def make_speech(out_dir: Path, texts: tuple[str, ...] = UTTERANCES) -> SpeechWav
 @pytest.fixture(scope="session")
 def speech_wav(tmp_path_factory) -> SpeechWav:
     return make_speech(tmp_path_factory.mktemp("speech"))
-
-
-def wer(reference: str, hypothesis: str) -> float:
-    """Word error rate after lower-casing and removing punctuation."""
-    import jiwer
-
-    norm = jiwer.Compose(
-        [
-            jiwer.ToLowerCase(),
-            jiwer.RemovePunctuation(),
-            jiwer.RemoveMultipleSpaces(),
-            jiwer.Strip(),
-            jiwer.ReduceToListOfListOfWords(),
-        ]
-    )
-    return float(
-        jiwer.wer(reference, hypothesis, reference_transform=norm, hypothesis_transform=norm)
-    )
 
 
 class ScriptedProbs:

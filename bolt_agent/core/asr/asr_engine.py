@@ -46,6 +46,8 @@ FIRST_WINDOW_MARGIN_S = 2.0
 #: the first window's decoding stops at this many tokens per second of audio (+ 8): speech
 #: gives 3-5 (whisper's tokens), a runaway repetition is cut short and redone
 FIRST_WINDOW_TOKENS_PER_S = 8.0
+#: any decoding stops at this many tokens per second of audio (+ 8): a loop is cut short
+MAX_TOKENS_PER_S = 8.0
 
 
 @dataclass(frozen=True)
@@ -232,17 +234,24 @@ class WhisperEngine(AsrEngine):
             encoded = self._model.encode(ctranslate2.StorageView.from_array(x))
             if language is None:
                 language = self._model.detect_language(encoded)[0][0][0][2:-2]
+            prompt = self._prompt(language)
+            # speech gives 3-5 tokens a second: a loop ("Excuse me. Excuse me. ..." to the
+            # 448-token limit, 3-4 s of decoding per temperature on 0.8 s of audio in the echo
+            # benchmark) is cut short, and its high compression ratio still calls the fallback
+            max_tokens = int(MAX_TOKENS_PER_S * samples / SAMPLE_RATE) + 8
+            max_length = min(MAX_LENGTH, 2 * (max_tokens + len(prompt) + 1))
             pieces.append(
                 decode_with_fallback(
                     self._model,
                     encoded,
-                    self._prompt(language),
+                    prompt,
                     self._vocab,
                     self._suppress,
                     (0.0, 0.2, 0.4) if final else (0.0,),
                     self.beam_size if final else 1,
                     self.log_prob_threshold,
                     self.no_speech_threshold,
+                    max_length=max_length,
                 )
             )
         combined = combine_segments(pieces, self.no_speech_threshold, self.log_prob_threshold)

@@ -6,7 +6,13 @@ ASR node used to decide inline:
 * **echo** (``echo_mode``): while the robot speaks (``robot_speaking(True)``) and for
   ``echo_tail_ms`` after it stops, ``gate`` ignores the mic (an open utterance is closed and
   dropped); ``barge_in`` raises the VAD's threshold and minimum speech length instead, and an
-  utterance started while the robot speaks is flagged ``barge_in``. A change takes effect from
+  utterance started while the robot speaks is flagged ``barge_in``; ``aec`` takes the robot's
+  voice out of the mic first (``core.audio.echo_canceller``, fed by ``reference``), listens
+  with ``aec_threshold``/``aec_min_ms`` while the robot speaks, and flags an utterance
+  ``barge_in`` only once ``core.asr.barge_in`` judges it an interruption, from quick
+  transcripts of the words so far (every ``probe_interval_ms``), the voice's length and the
+  early or final transcript; a backchannel ("uh-huh") never stops the robot and its transcript
+  says ``backchannel``. A change takes effect from
   the next pushed block, and the tail is counted in audio, not in wall time: audio that
   arrives in a burst (a publisher that stalled, a bag played faster) gets the same 300 ms, not
   a tail stretched over the user's first words;
@@ -60,6 +66,16 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from bolt_agent.core.asr.barge_in import (
+    BACKCHANNEL,
+    ECHO,
+    INTERRUPT,
+    UNDECIDED,
+    BargeInJudge,
+    BargeInSettings,
+    RobotLines,
+    words_of,
+)
 from bolt_agent.core.asr.end_of_turn import EndOfTurn, EndOfTurnSettings
 from bolt_agent.core.asr.vad_segmenter import (
     SAMPLE_RATE,
@@ -69,7 +85,8 @@ from bolt_agent.core.asr.vad_segmenter import (
     VadSegmenter,
 )
 
-ECHO_MODES = ("off", "gate", "barge_in")
+ECHO_MODES = ("off", "gate", "barge_in", "aec")
+ROBOT_LINES_KEPT = 3  # aec: the robot's latest lines, whose words in order are its echo
 _NS = 1_000_000_000
 log = logging.getLogger(__name__)
 
@@ -86,9 +103,17 @@ def clean_block(chunk: Any) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ListenerSettings:
-    echo_mode: str = "barge_in"  # off | gate | barge_in
+    echo_mode: str = "barge_in"  # off | gate | barge_in | aec
     barge_in_threshold: float = 0.8  # VAD probability needed while the robot speaks
     barge_in_min_ms: int = 300  # speech needed while the robot speaks
+    aec_threshold: float = 0.6  # the same two with the echo cancelled (aec)
+    aec_min_ms: int = 150
+    #: aec, while the robot speaks: 32 ms windows of the cleaned signal quieter than this
+    #: (dB full scale) are silence to the VAD (the canceller's residue; the words keep them)
+    aec_residual_db: float = -40.0
+    aec_residual_ratio_db: float = -18.0  # ... or this far below the microphone's window
+    probe_interval_ms: int = 250  # aec: a quick transcript this often while judging a barge-in
+    barge_in: BargeInSettings = field(default_factory=BargeInSettings)  # aec: the judge's
     echo_tail_ms: int = 300  # gate: keep ignoring the mic this long after the robot stops
     partial_interval_s: float = 1.0  # of speech between partial transcripts (0 = no partials)
     early_final: bool = True  # transcribe when a silence begins, reuse when it is confirmed
@@ -101,6 +126,27 @@ class ListenerSettings:
             raise ValueError(f"echo_mode must be one of {list(ECHO_MODES)}, not {self.echo_mode!r}")
 
 
+def residual_gate(
+    cleaned: np.ndarray, mic: np.ndarray, floor_db: float, ratio_db: float
+) -> np.ndarray:
+    """``cleaned`` with each VAD window zeroed where it is the canceller's residue: quieter
+    than ``floor_db`` (dB full scale), or ``ratio_db`` or more below the microphone's window
+    (the canceller explained that much of it by the robot's voice; the user's voice over the
+    robot keeps the two within a few dB). What is left of the robot's voice is quiet but still
+    speech-shaped, and Silero judges speech almost regardless of level."""
+    out = cleaned.copy()
+    floor = 10.0 ** (floor_db / 10.0)  # (powers)
+    ratio = 10.0 ** (ratio_db / 10.0)
+    for i in range(0, len(out), WINDOW):
+        w, m = out[i : i + WINDOW], mic[i : i + WINDOW]
+        if not len(w):
+            continue
+        power, mic_power = float(np.mean(w * w)), float(np.mean(m * m))
+        if power < floor or power < ratio * mic_power:
+            w[:] = 0.0
+    return out
+
+
 # --- events ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class VoiceActivityEvent:
@@ -108,7 +154,7 @@ class VoiceActivityEvent:
 
     utterance_id: str
     speaking: bool
-    barge_in: bool  # the utterance started while the robot was speaking (barge_in mode)
+    barge_in: bool  # the user spoke over the robot (barge_in: at once; aec: once judged)
     stamp_ns: int
     resumed: bool = False  # speaking again after an early end (same utterance)
 
@@ -123,6 +169,7 @@ class TranscriptEvent:
     audio_start_ns: int  # where speech was detected
     audio_end_ns: int  # the end of the transcribed audio
     early: bool = False  # the early transcript, published as a partial
+    backchannel: bool = False  # aec: said over the robot and judged a backchannel ("uh-huh")
     # diagnostics (not part of the event's identity): from the job's submission to its start
     # (behind other jobs), and the transcription itself (0 for a final that reused one)
     queued_s: float = field(default=0.0, compare=False)
@@ -142,9 +189,11 @@ class FinalMetrics:
 
 @dataclass(frozen=True)
 class NoSpeech:
-    """The final transcription of an utterance found no speech: the utterance is dropped."""
+    """The final transcription of an utterance found no speech (``reason`` "no_speech"), or
+    only the robot's own words ("echo", aec): the utterance is dropped."""
 
     utterance_id: str
+    reason: str = "no_speech"
 
 
 @dataclass(frozen=True)
@@ -202,6 +251,22 @@ class _Early:
     result: Any = None
 
 
+@dataclass(eq=False)
+class _Judging:
+    """An utterance begun over the robot (aec): is it an interruption? Decided once; the
+    pushing thread and the runner's both decide, under ``Listener._judge_lock``."""
+
+    utt_id: str
+    onset: int  # the voice's onset (sample offset)
+    onset_ns: int
+    last_probe: int  # the stream offset of the latest quick transcript's audio
+    robot_turn: int  # Listener._robot_turns when it began: the speech it may interrupt
+    verdict: str = UNDECIDED
+    #: the latest words heard were the robot's own, or only backchannels: the voice's length
+    #: alone proves nothing then ("Oh, wow." with its pause lasts a second)
+    words_so_far_harmless: bool = False
+
+
 @dataclass
 class _Timing:
     """Where a job's time went (runner thread): waiting behind other jobs, transcribing."""
@@ -214,7 +279,7 @@ class _Timing:
 class _Job:
     """One transcription, handed from the pushing thread to the runner's."""
 
-    kind: str  # partial | early | final
+    kind: str  # partial | early | final | probe (aec: a quick transcript for the judge)
     utt_id: str
     audio: np.ndarray = field(repr=False)
     start_ns: int
@@ -222,6 +287,8 @@ class _Job:
     early: _Early | None = None  # early: its own; final: the one to reuse
     ended: tuple[str, float] = ("silence", 0.0)  # final: how the end was decided, silence ms
     submitted: float = 0.0  # the listener's clock when it was handed to the runner
+    judging: _Judging | None = None  # aec: the barge-in still being judged, if any
+    voiced_ms: float = 0.0  # judging: how long the voice had lasted at the job's audio end
 
 
 class Listener:
@@ -233,8 +300,21 @@ class Listener:
         runner: JobRunner | None = None,
         emit: Callable[[ListenerEvent], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        canceller: Any = None,
     ) -> None:
         self.settings = settings or ListenerSettings()
+        # aec: anything with reference(samples, stamp_ns) and process(block, stamp_ns) -> block
+        # (core.audio.echo_canceller.SpeexCanceller in the node); None: the input is cancelled
+        # before it comes here (PulseAudio's module-echo-cancel, a microphone array's own
+        # canceller), and only the barge-in judge runs
+        self.canceller = canceller
+        self.judge = BargeInJudge(self.settings.barge_in)
+        self._judging: _Judging | None = None
+        self._judge_lock = threading.Lock()
+        self.barge_in_verdicts = {INTERRUPT: 0, BACKCHANNEL: 0, ECHO: 0}  # aec: the judge's
+        self._robot_lines: list[tuple[str, ...]] = []  # its latest lines' words (any thread)
+        self._robot_lines_lock = threading.Lock()
+        self._sensitivity_set: tuple[float, int] | None = None
         self.vad = vad if vad is not None else VadSegmenter()
         self._transcriber = transcriber
         self._runner: JobRunner = runner if runner is not None else InlineRunner()
@@ -254,6 +334,7 @@ class Listener:
         self._last_job: JobHandle | None = None  # the latest job (partials wait for it)
         self._robot_speaking = False  # as the pushing thread applies it, block by block
         self._robot_said = False  # the latest robot_speaking (any thread)
+        self._robot_turns = 0  # times it started speaking: a barge-in is for one of them
         self._robot_stopped = False  # it went from speaking to quiet since the last block
         self._robot_lock = threading.Lock()
         self._quiet_from: int | None = None  # stream offset of the first block after the stop
@@ -268,7 +349,28 @@ class Listener:
         with self._robot_lock:
             if self._robot_said and not speaking:
                 self._robot_stopped = True
+            if speaking and not self._robot_said:
+                self._robot_turns += 1
             self._robot_said = bool(speaking)
+
+    def reference(self, samples: np.ndarray, stamp_ns: int) -> None:
+        """The robot played ``samples`` from ``stamp_ns`` (any thread): the echo canceller's
+        reference (aec; ignored in the other modes)."""
+        if self.canceller is not None:
+            self.canceller.reference(clean_block(samples), stamp_ns)
+
+    def robot_said(self, text: str) -> None:
+        """A line the robot is about to say (any thread): words of an utterance heard over it
+        that follow its own in order are its echo (aec). The last ``ROBOT_LINES_KEPT`` are
+        kept."""
+        words = tuple(words_of(text))
+        if words:
+            with self._robot_lines_lock:
+                self._robot_lines = [*self._robot_lines[-(ROBOT_LINES_KEPT - 1) :], words]
+
+    def robot_lines(self) -> tuple[tuple[str, ...], ...]:
+        with self._robot_lines_lock:
+            return tuple(self._robot_lines)
 
     def end_of_turn_hint(self, utterance_id: str, text: str, p_complete: float) -> None:
         """The LLM's judgement of an early transcript (any thread; used by the next push)."""
@@ -280,16 +382,32 @@ class Listener:
         """New settings from the next block on (a barge-in sensitivity applies at once)."""
         self.settings = settings
         self.end_of_turn.settings = settings.end_of_turn
+        self.judge = BargeInJudge(settings.barge_in)
         if self._barge_mode:
-            self.vad.set_sensitivity(settings.barge_in_threshold, settings.barge_in_min_ms)
+            self._set_sensitivity()
 
-    def push(self, chunk: np.ndarray, stamp_ns: int, queued: int = 0) -> list[ListenerEvent]:
+    def push(
+        self, chunk: np.ndarray, stamp_ns: int, queued: int = 0, reference_ready: bool = True
+    ) -> list[ListenerEvent]:
         """Process one 16 kHz mono float32 block whose first sample was at ``stamp_ns``;
-        ``queued``: samples already waiting behind it (partials are skipped above backlog_s)."""
+        ``queued``: samples already waiting behind it (partials are skipped above backlog_s);
+        ``reference_ready``: False when what the robot played over this block has not come
+        (aec): the block is neither cancelled (the filter would learn from a wrong reference)
+        nor heard by the VAD while the robot speaks (its echo is whole)."""
         chunk = clean_block(chunk)
         seg, s = self.vad, self.settings
         self._anchor = (seg.offset, stamp_ns)
         self._apply_robot_state()
+        vad_input = None
+        if self.canceller is not None and s.echo_mode == "aec":
+            if not reference_ready and self._robot_speaking:
+                vad_input = np.zeros_like(chunk)  # deaf for this block, rather than fooled
+            else:
+                mic, chunk = chunk, self.canceller.process(chunk, stamp_ns)
+                if self._robot_speaking:
+                    vad_input = residual_gate(
+                        chunk, mic, s.aec_residual_db, s.aec_residual_ratio_db
+                    )
         gated = self._echo_gated(len(chunk)) if s.echo_mode == "gate" else 0
         if gated:
             if seg.in_speech:
@@ -301,27 +419,43 @@ class Listener:
             # the tail ends inside this block (a long block from a topic): the rest is heard
             chunk = chunk[gated:]
             self._anchor = (seg.offset, stamp_ns + gated * _NS // SAMPLE_RATE)
-        barge = s.echo_mode == "barge_in" and self._robot_speaking
+        barge = s.echo_mode in ("barge_in", "aec") and self._robot_speaking
         if barge != self._barge_mode:
             self._barge_mode = barge
-            if barge:
-                seg.set_sensitivity(s.barge_in_threshold, s.barge_in_min_ms)
-            else:
+            if not barge:
                 seg.reset_sensitivity()
-        for event in seg.push(chunk):
+                self._sensitivity_set = None
+        if barge:
+            self._set_sensitivity()  # (aec: stricter until the canceller has converged)
+        for event in seg.push(chunk, vad_input):
             if isinstance(event, SpeechStart):
-                self._utt_id, self._utt_barge = f"u{uuid.uuid4().hex[:10]}", barge
+                # aec: also within echo_tail_ms of audio after the robot stopped (the
+                # microphone's audio comes later than tts/state; the room rings on)
+                judged = s.echo_mode == "aec" and (barge or self._in_echo_tail())
+                self._utt_id, self._utt_barge = f"u{uuid.uuid4().hex[:10]}", barge and not judged
+                self._judging = None
+                if judged:
+                    onset_ns = self.stamp(event.onset)
+                    # the first quick transcript at once: "wait" or "stop" is often all
+                    # there is to hear, and every 250 ms waited is 250 ms more of the robot
+                    first_probe = event.onset - s.probe_interval_ms * SAMPLE_RATE // 1000
+                    self._judging = _Judging(
+                        self._utt_id, event.onset, onset_ns, first_probe, self._robot_turns
+                    )
                 self._last_partial = event.offset
                 self.end_of_turn.start(self._utt_id)
                 self._voice(True, event.onset)
             elif isinstance(event, SpeechEnd):
                 self._final(event)
         if seg.in_speech:
+            self._judge_barge_in()
             self._transcribe_early()
             self._end_from_words()
         interval = int(s.partial_interval_s * SAMPLE_RATE)
+        judging = self._judging
         if (
-            seg.in_speech
+            (judging is None or judging.verdict == INTERRUPT)  # (no partials of an echo)
+            and seg.in_speech
             and interval > 0
             and seg.offset - self._last_partial >= interval
             and queued < s.backlog_s * SAMPLE_RATE
@@ -391,6 +525,71 @@ class Listener:
         return anchor_ns + (offset - anchor_offset) * _NS // SAMPLE_RATE
 
     # --- decisions (pushing thread) ----------------------------------------------------------
+    def _cold(self) -> bool:
+        """The echo canceller is still learning the room (aec, our own canceller)."""
+        return not getattr(self.canceller, "converged", True)
+
+    def _set_sensitivity(self) -> None:
+        s = self.settings
+        converged = getattr(self.canceller, "converged", True)  # (external: it is)
+        if s.echo_mode == "aec" and converged:
+            wanted = (s.aec_threshold, s.aec_min_ms)
+        else:
+            wanted = (s.barge_in_threshold, s.barge_in_min_ms)
+        if wanted != self._sensitivity_set:
+            self.vad.set_sensitivity(*wanted)
+            self._sensitivity_set = wanted
+
+    def _judge_barge_in(self) -> None:
+        """aec, an utterance begun over the robot and not yet judged: interrupt once the voice
+        is long enough, else ask for a quick transcript of the words so far (when the runner is
+        free; its job judges them)."""
+        judging, seg = self._judging, self.vad
+        if judging is None or judging.verdict != UNDECIDED:
+            return
+        # the voice's length: a silence in progress (the VAD waiting for the end) is no voice
+        voiced_ms = (seg.offset - seg.silence_samples - judging.onset) * 1000 / SAMPLE_RATE
+        harmless = judging.words_so_far_harmless
+        cold = self._cold()
+        if (
+            self.judge.judge(None, voiced_ms, False, echo_so_far=harmless, stop_words_only=cold)
+            == INTERRUPT
+        ):
+            self._decide(judging, INTERRUPT)
+            return
+        probe = self.settings.probe_interval_ms * SAMPLE_RATE // 1000
+        if probe > 0 and seg.offset - judging.last_probe >= probe and self._idle():
+            judging.last_probe = seg.offset
+            onset = seg.speech_onset
+            assert onset is not None
+            job = _Job(
+                "probe",
+                self._utt_id,
+                seg.current_audio(),
+                self.stamp(onset),
+                self.stamp(seg.offset),
+                judging=judging,
+                voiced_ms=voiced_ms,
+            )
+            self._submit(job)
+
+    def _decide(self, judging: _Judging, verdict: str) -> bool:
+        """Settle ``judging`` (either thread); an interruption is announced as a barge-in
+        (``speaking``, ``barge_in``, the onset's stamp). False if it was settled already."""
+        with self._judge_lock:
+            if judging.verdict != UNDECIDED:
+                return False
+            judging.verdict = verdict
+            self.barge_in_verdicts[verdict] += 1
+        with self._robot_lock:  # the speech it was said over still going on?
+            ongoing = self._robot_said and self._robot_turns == judging.robot_turn
+        if verdict == INTERRUPT and ongoing:
+            # (decided after the robot finished, nothing is left to stop: a barge-in then
+            # would stop the robot's next turn instead; the words still come as a turn)
+            event = VoiceActivityEvent(judging.utt_id, True, True, judging.onset_ns)
+            self._deliver_voice(event)
+        return True
+
     def _apply_robot_state(self) -> None:
         with self._robot_lock:
             speaking, stopped = self._robot_said, self._robot_stopped
@@ -398,6 +597,11 @@ class Listener:
         if stopped:
             self._quiet_from = self.vad.offset
         self._robot_speaking = speaking
+
+    def _in_echo_tail(self) -> bool:
+        quiet = self._quiet_from
+        tail = self.settings.echo_tail_ms * SAMPLE_RATE // 1000
+        return quiet is not None and self.vad.offset - quiet < tail
 
     def _echo_gated(self, samples: int) -> int:
         """How many of the next ``samples`` are the robot's: all while it speaks, then those
@@ -447,7 +651,20 @@ class Listener:
             audio = seg.audio_between(start, end)
             spec = _Early(self._utt_id, start, onset, end, self.stamp(onset), self.stamp(end))
             self._early = spec
-            job = _Job("early", spec.utt_id, audio, spec.start_ns, spec.end_ns, spec)
+            judging = self._judging
+            voiced_ms = 0.0
+            if judging is not None:
+                voiced_ms = (end - judging.onset) * 1000 / SAMPLE_RATE
+            job = _Job(
+                "early",
+                spec.utt_id,
+                audio,
+                spec.start_ns,
+                spec.end_ns,
+                spec,
+                judging=judging,
+                voiced_ms=voiced_ms,
+            )
             self._submit(job)
 
     def _end_from_words(self) -> None:
@@ -496,8 +713,20 @@ class Listener:
             ended = (spec.ended_by, spec.silence_ms)
         elif ended is None:
             ended = ("silence", 0.0 if event.forced else float(self.vad.config.min_silence_ms))
+        judging = self._judging
+        voiced_ms = 0.0
+        if judging is not None:
+            voiced_ms = (event.end - judging.onset) * 1000 / SAMPLE_RATE
         job = _Job(
-            "final", self._utt_id, event.audio, start_ns, end_ns, spec if reuse else None, ended
+            "final",
+            self._utt_id,
+            event.audio,
+            start_ns,
+            end_ns,
+            spec if reuse else None,
+            ended,
+            judging=judging,
+            voiced_ms=voiced_ms,
         )
         self._submit(job)
 
@@ -547,9 +776,27 @@ class Listener:
                 return
             ok, result = self._transcribe(job, final=True, timing=timing)
             spec.result, spec.failed, spec.ran = result, not ok, True
+            # the words before the pause: an interruption stops the robot before the LLM sees
+            # them; a backchannel is flagged (if the user goes on, the final judges again)
+            verdict = self._judge_words(job, result, settle=False)
             with self._spec_lock:  # (published before any "resumed" that makes it stale)
-                if result is not None and not spec.stale and self._early is spec:
-                    self._transcript(job, result, False, timing, early=True)
+                heard = result is not None and verdict != ECHO  # the LLM never answers its echo
+                if heard and not spec.stale and self._early is spec:
+                    backchannel = verdict == BACKCHANNEL
+                    self._transcript(job, result, False, timing, True, backchannel)
+        elif job.kind == "probe":
+            judging = job.judging
+            if judging is None or judging.verdict != UNDECIDED:
+                return  # settled while it waited
+            ok, result = self._transcribe(job, final=False, timing=timing)
+            text = result.text if ok and result is not None else None
+            lines = self.robot_lines()
+            self._note_words(judging, text, lines)
+            verdict = self.judge.judge(
+                text, job.voiced_ms, False, lines, stop_words_only=self._cold()
+            )
+            if verdict == INTERRUPT:
+                self._decide(judging, INTERRUPT)
         elif job.kind == "partial":
             ok, result = self._transcribe(job, final=False, timing=timing)
             if result is not None:
@@ -561,12 +808,36 @@ class Listener:
                 ok, result = self._transcribe(job, final=True, timing=timing)
             if not ok:
                 return
-            if result is None:
-                self._deliver(NoSpeech(job.utt_id))
+            verdict = self._judge_words(job, result, settle=True)
+            if result is None or verdict == ECHO:
+                self._deliver(NoSpeech(job.utt_id, "echo" if result is not None else "no_speech"))
                 return
-            self._transcript(job, result, True, timing)
+            self._transcript(job, result, True, timing, backchannel=verdict == BACKCHANNEL)
             ended_by, silence_ms = job.ended
             self._deliver(FinalMetrics(job.utt_id, job.end_ns, ended_by, silence_ms))
+
+    def _judge_words(self, job: _Job, result: Any, settle: bool) -> str:
+        """The verdict on the words of an early or final transcript of an utterance being
+        judged (aec; UNDECIDED for any other): an interruption is announced now. ``settle``:
+        the final, whose verdict stands (the early one's may change if the user goes on)."""
+        judging = job.judging
+        if judging is None:
+            return UNDECIDED
+        if judging.verdict not in (UNDECIDED, ECHO):
+            return judging.verdict  # (an interruption stays one, whatever the words say)
+        text = result.text if result is not None else None
+        lines = self.robot_lines()
+        verdict = self.judge.judge(text, job.voiced_ms, True, lines, stop_words_only=self._cold())
+        self._note_words(judging, text, lines)
+        if verdict == INTERRUPT or settle:
+            self._decide(judging, verdict)
+        return verdict
+
+    def _note_words(self, judging: _Judging, text: str | None, lines: RobotLines) -> None:
+        if text is None:
+            return
+        harmless = self.judge.is_echo(text, lines) or not self.judge.other_words(text)
+        judging.words_so_far_harmless = harmless
 
     def _transcribe(self, job: _Job, final: bool, timing: _Timing) -> tuple[bool, Any]:
         t0 = self._clock()
@@ -579,7 +850,13 @@ class Listener:
             timing.transcribe_s = self._clock() - t0
 
     def _transcript(
-        self, job: _Job, result: Any, final: bool, timing: _Timing, early: bool = False
+        self,
+        job: _Job,
+        result: Any,
+        final: bool,
+        timing: _Timing,
+        early: bool = False,
+        backchannel: bool = False,
     ) -> None:
         event = TranscriptEvent(
             job.utt_id,
@@ -590,6 +867,7 @@ class Listener:
             job.start_ns,
             job.end_ns,
             early,
+            backchannel,
             timing.queued_s,
             timing.transcribe_s,
         )

@@ -264,10 +264,17 @@ class VadSegmenter:
         self.set_sensitivity(self.config.threshold, self.config.min_speech_ms)
         self._negative = self.config.negative
 
-    def push(self, chunk: np.ndarray) -> list[VadEvent]:
-        """Add audio; returns the events it completed (in stream order)."""
+    def push(self, chunk: np.ndarray, vad_input: np.ndarray | None = None) -> list[VadEvent]:
+        """Add audio; returns the events it completed (in stream order). ``vad_input`` (as long
+        as ``chunk``): what the speech model judges instead, while ``chunk`` is what is kept
+        (the listener gates residual echo out of the decision, not out of the words)."""
         x = np.asarray(chunk, dtype=np.float32).reshape(-1)
         self._buf.append(x)
+        if vad_input is not None:
+            v = np.asarray(vad_input, dtype=np.float32).reshape(-1)
+            if len(v) != len(x):
+                raise ValueError(f"vad_input has {len(v)} samples, the chunk {len(x)}")
+            x = v
         self._pending = np.concatenate([self._pending, x]) if len(self._pending) else x
         k = len(self._pending) // WINDOW
         events: list[VadEvent] = []

@@ -309,7 +309,14 @@ class Player:
 class PacedSink:
     """Headless stand-in for a device: emits blocks through ``emit(int16 block)`` in real time
     from its own thread, with the same write/progress/stop interface as ``Player``. A block
-    ``emit`` fails on is dropped and handed to ``on_error(exc)`` (the thread goes on)."""
+    ``emit`` fails on is dropped and handed to ``on_error(exc)`` (the thread goes on).
+
+    ``late_s`` is, while ``emit`` runs, how late (> 0) or early the block goes out against its
+    slot on the stream's own clock, which runs on unbroken while audio flows. A publisher
+    stamps the block with its slot (now - ``late_s``), so the stamps of a stream are as regular
+    as a device's sample clock: an echo canceller lines them up with the microphone, and the
+    emission's jitter (a write wakes the thread early; a busy machine wakes it late) stays out
+    of them."""
 
     def __init__(
         self,
@@ -328,6 +335,7 @@ class PacedSink:
         self._thread: threading.Thread | None = None
         self._running = False
         self._last_audio_t = 0.0
+        self.late_s = 0.0
 
     def open(self, rescan: bool = False) -> None:
         self._running = True
@@ -350,6 +358,7 @@ class PacedSink:
             block = np.zeros(self._block, dtype=np.int16)
             with self._lock:
                 if self._queue.fill(block):
+                    self.late_s = time.monotonic() - next_t
                     self._emit_block(block)
                     self._last_audio_t = time.monotonic()
             next_t += period

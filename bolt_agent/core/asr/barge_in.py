@@ -1,0 +1,160 @@
+"""Is the user interrupting, or only saying "uh-huh"? Decided from the words and the duration.
+
+While the robot speaks, a listener (``echo_mode: aec``) does not stop it on the voice alone: it
+asks ``BargeInJudge.judge`` each time it learns more (a quick transcript of the words so far, a
+longer voice, the final transcript) until the answer is no longer ``UNDECIDED``:
+
+* a stop word ("wait", "stop", "no", ...) that the robot did not just say: ``INTERRUPT`` at
+  once;
+* only backchannel words ("yeah", "uh-huh", "mm-hm", "okay", "right", "I see", ...) and the voice
+  shorter than ``interrupt_after_ms``: ``BACKCHANNEL`` when the utterance is over, ``UNDECIDED``
+  before (the next word may be "wait");
+* ``interrupt_words`` words or more that are not backchannels: ``INTERRUPT``;
+* the voice has lasted ``interrupt_after_ms``: ``INTERRUPT`` whatever the words (nobody says
+  "uh-huh" for a second; a quick transcript may also be late or wrong);
+* the utterance is over, short, without a stop word and with fewer than ``interrupt_words``
+  other words: ``BACKCHANNEL`` too. Whisper hears an espeak "yeah" as "fear" or "here", and a
+  lone word over the robot ("fine", "blue") is a remark, not a request to stop (LiveKit's
+  ``min_interruption_words`` makes the same call). Set ``interrupt_words`` to 1 to stop on any
+  word;
+* but first: words that follow one of the robot's latest lines (``robot_lines``), in order, for
+  ``echo_share`` of them are its echo, leaked through the canceller (before it has converged,
+  or past a loud start): ``ECHO``, never an interruption, whatever the voice's length. In
+  order, because users talk about what the robot said: "Tell me about the red cup please"
+  after "I can see a small red cup" shares only "red cup" in order (2 of 7 words); counted as
+  a bag of words over the last eight lines, it was judged echo and never heard.
+
+The word lists are parameters; words are compared lower-cased without punctuation, and a
+backchannel phrase of several words ("i see") counts as one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+INTERRUPT = "interrupt"
+BACKCHANNEL = "backchannel"
+ECHO = "echo"
+UNDECIDED = ""
+
+DEFAULT_BACKCHANNELS = (
+    "yeah", "yes", "yep", "uh-huh", "uh huh", "mm-hm", "mm-hmm", "mhm", "mm", "hmm", "okay", "ok",
+    "right", "i see", "sure", "cool", "nice", "wow", "oh", "ah", "aha", "huh", "alright",
+    "all right", "got it", "great", "ha", "haha", "ha ha", "uh", "um", "mm-mm",
+)  # fmt: skip
+DEFAULT_STOP_WORDS = ("wait", "stop", "no", "hold", "sorry", "excuse", "actually", "hang", "pause")
+
+_WORD = re.compile(r"[a-z0-9']+(?:-[a-z0-9']+)*")
+_APOSTROPHE = str.maketrans("", "", "'")
+RobotLines = Sequence[Sequence[str]]  # the robot's latest lines, each as its words
+
+
+def _key(word: str) -> str:
+    """A word as echo matching compares it: no apostrophe, at most its first four letters."""
+    return word.translate(_APOSTROPHE)[:4]
+
+
+def _in_order(words: list[str], line: list[str]) -> int:
+    """How many of ``words`` appear in ``line`` in the same order (longest common
+    subsequence; a few dozen words each)."""
+    prev = [0] * (len(line) + 1)
+    for w in words:
+        cur = [0]
+        for j, v in enumerate(line):
+            cur.append(prev[j] + 1 if w == v else max(prev[j + 1], cur[j]))
+        prev = cur
+    return prev[-1]
+
+
+def words_of(text: str) -> list[str]:
+    """Lower-case words, hyphenated ones kept whole ("uh-huh")."""
+    return _WORD.findall(text.lower())
+
+
+@dataclass(frozen=True)
+class BargeInSettings:
+    backchannels: tuple[str, ...] = DEFAULT_BACKCHANNELS
+    stop_words: tuple[str, ...] = DEFAULT_STOP_WORDS
+    interrupt_after_ms: int = 1500  # a voice this long over the robot is an interruption
+    interrupt_words: int = 3  # this many non-backchannel words are an interruption
+    echo_share: float = 0.6  # this share of the words (or more) in the robot's order: its echo
+
+    def __post_init__(self) -> None:
+        if self.interrupt_after_ms <= 0:
+            raise ValueError(f"interrupt_after_ms must be > 0, not {self.interrupt_after_ms}")
+        if self.interrupt_words < 1:
+            raise ValueError(f"interrupt_words must be >= 1, not {self.interrupt_words}")
+
+
+class BargeInJudge:
+    def __init__(self, settings: BargeInSettings | None = None) -> None:
+        self.settings = settings or BargeInSettings()
+        s = self.settings
+        self._phrases = sorted(
+            (tuple(words_of(p)) for p in s.backchannels if words_of(p)), key=len, reverse=True
+        )
+        self._stops = {w for p in s.stop_words for w in words_of(p)}
+
+    def other_words(self, text: str) -> list[str]:
+        """The words of ``text`` that are not part of a backchannel phrase."""
+        words, rest, i = words_of(text), [], 0
+        while i < len(words):
+            for phrase in self._phrases:
+                if tuple(words[i : i + len(phrase)]) == phrase:
+                    i += len(phrase)
+                    break
+            else:
+                rest.append(words[i])
+                i += 1
+        return rest
+
+    def is_echo(self, text: str | None, robot_lines: RobotLines) -> bool:
+        """``text`` (two words or more) follows one of ``robot_lines`` in order for
+        ``echo_share`` of its words: the same word, or one with the same first four letters
+        (whisper hears an echo's "its light turns slowly" as "it's like turn slowly")."""
+        words = [_key(w) for w in words_of(text or "")]
+        if len(words) < 2:
+            return False
+        best = max((_in_order(words, [_key(w) for w in line]) for line in robot_lines), default=0)
+        return best / len(words) >= self.settings.echo_share
+
+    def judge(
+        self,
+        text: str | None,
+        voiced_ms: float,
+        final: bool,
+        robot_lines: RobotLines = (),
+        echo_so_far: bool = False,
+        stop_words_only: bool = False,
+    ) -> str:
+        """``text``: the words heard so far (None: not transcribed yet); ``voiced_ms``: how long
+        the voice has lasted; ``final``: the utterance is over and ``text`` is its transcript;
+        ``robot_lines``: what the robot said lately, word by word; ``echo_so_far``: the
+        latest words heard were its echo or backchannels (the voice's length alone then
+        proves nothing);
+        ``stop_words_only``: the echo canceller is still learning the room, so what it lets
+        through may be the robot misheard; only a stop word interrupts then."""
+        s = self.settings
+        said = {w for line in robot_lines for w in line}
+        if text is not None and any(w in self._stops and w not in said for w in words_of(text)):
+            return INTERRUPT  # (a stop word the robot did not say is the user's, echo or not)
+        if text is not None and self.is_echo(text, robot_lines):
+            return ECHO if final else UNDECIDED
+        if stop_words_only:
+            return BACKCHANNEL if final else UNDECIDED
+        if text is None and echo_so_far:
+            return UNDECIDED
+        if text is not None:
+            words = words_of(text)
+            if any(w in self._stops for w in words):
+                return INTERRUPT
+            other = self.other_words(text)
+            if len(other) >= s.interrupt_words:
+                return INTERRUPT
+        if voiced_ms >= s.interrupt_after_ms:
+            return INTERRUPT
+        if final:  # short, no stop word, few other words (or nothing understood)
+            return BACKCHANNEL
+        return UNDECIDED

@@ -1,0 +1,283 @@
+"""Echo cancellation and barge-in judgement without ROS: the reference time line, SpeexDSP's
+canceller in the simulated room (the robot's real Piper voice), the judge's rules, and the
+listener in ``echo_mode: aec`` with a scripted VAD and transcriber (push blocks, read events)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bolt_agent.core.asr.barge_in import (
+    BACKCHANNEL,
+    ECHO,
+    INTERRUPT,
+    UNDECIDED,
+    BargeInJudge,
+    BargeInSettings,
+    words_of,
+)
+from bolt_agent.core.asr.listener import (
+    Listener,
+    ListenerSettings,
+    NoSpeech,
+    TranscriptEvent,
+    VoiceActivityEvent,
+    residual_gate,
+)
+from bolt_agent.core.asr.vad_segmenter import WINDOW, VadConfig, VadSegmenter
+from bolt_agent.core.audio.echo_canceller import (
+    FRAME,
+    SAMPLE_RATE,
+    ReferenceTimeline,
+    SpeexCanceller,
+)
+from bolt_agent.core.audio.room import Room, RoomSettings, RoomStream
+from support.audio_fixtures import ScriptedProbs
+from support.listener import block_stamp
+
+ROBOT_LINES = (("let", "me", "tell", "you", "about", "the", "lighthouse", "on", "the", "hill"),)
+
+
+# --- the reference time line ------------------------------------------------------------------
+def test_timeline_reads_silence_where_nothing_was_played():
+    tl = ReferenceTimeline(keep_s=1.0)
+    tl.write(np.ones(100, np.float32), 1000)
+    out = tl.read(950, 200)
+    assert not out[:50].any() and out[50:150].all() and not out[150:].any()
+    assert not tl.read(1000 + 16000, 10).any()  # beyond what it keeps: the slot was never written
+
+
+def test_timeline_joins_a_jittered_stream_and_never_overwrites():
+    tl = ReferenceTimeline()
+    tl.write(np.full(160, 1.0, np.float32), 0)
+    tl.write(np.full(160, 2.0, np.float32), 150)  # stamped 10 samples early: appended at 160
+    tl.write(np.full(160, 3.0, np.float32), 330)  # 10 late: within snap, appended at 320
+    assert tl.latest == 479
+    assert (tl.read(0, 480) == np.repeat([1.0, 2.0, 3.0], 160)).all()
+    tl.write(np.full(160, 4.0, np.float32), 2000)  # a pause: placed by its stamp
+    assert tl.latest == 2159 and not tl.read(480, 1520).any()
+
+
+def test_timeline_wait_for_times_out_and_wakes_on_write():
+    import threading
+
+    tl = ReferenceTimeline()
+    assert not tl.wait_for(10, 0.01)
+    threading.Timer(0.05, lambda: tl.write(np.ones(20, np.float32), 0)).start()
+    assert tl.wait_for(10, 5.0)
+
+
+# --- the canceller in the simulated room -------------------------------------------------------
+@pytest.fixture(scope="module")
+def robot_voice() -> np.ndarray:
+    from bolt_agent.testing.voices import piper
+
+    lines = (
+        "Let me look around the room and tell you what I can see on the table.",
+        "I can see a small red cup, a notebook and a pair of glasses next to it.",
+        "My name is Reachy, and I am a small robot who likes to talk with people.",
+    )
+    gap = np.zeros(SAMPLE_RATE // 2, np.float32)
+    return np.concatenate([np.concatenate([piper(t), gap]) for t in lines])
+
+
+def _cancel(canceller, mic, ref, block=512):
+    out = np.zeros_like(mic)
+    for i in range(0, len(mic) - block + 1, block):
+        stamp = i * 1_000_000_000 // SAMPLE_RATE
+        canceller.reference(ref[i : i + block], stamp)
+        out[i : i + block] = canceller.process(mic[i : i + block], stamp)
+    return np.roll(out, -FRAME)  # (the canceller returns its input 10 ms late)
+
+
+@pytest.mark.parametrize("room", [RoomSettings(30, -6, seed=1), RoomSettings(80, -12, seed=4)])
+def test_the_canceller_removes_the_robots_voice_once_converged(robot_voice, room):
+    """Piper's voice through a room (30 ms at -6 dB, 80 ms at -12 dB): from the second sentence
+    on the echo comes out at least 20 dB quieter (SpeexDSP MDF, 200 ms filter), and the
+    canceller says it has converged."""
+    mic = Room(room).mic(robot_voice)
+    canceller = SpeexCanceller(200)
+    out = _cancel(canceller, mic, robot_voice)
+    later = slice(len(mic) // 3, len(mic) - 1024)
+    erle = 10 * np.log10(np.sum(mic[later] ** 2) / np.sum(out[later] ** 2))
+    assert erle >= 20.0, erle
+    assert canceller.converged and canceller.erle_db > 10.0
+
+
+def test_the_canceller_keeps_the_users_voice(robot_voice):
+    """An espeak-ng voice over the robot comes out of the canceller within 6 dB of its own
+    level (SpeexDSP's suppressor leaves double talk mostly alone), while the echo alone loses
+    20 dB or more."""
+    from bolt_agent.testing.voices import espeak, trim
+
+    user = trim(espeak("Wait, stop, I have a question about the red cup.", "en-gb+f4"))
+    at = len(robot_voice) - len(user) - SAMPLE_RATE
+    mic = Room(RoomSettings()).mic(robot_voice, user, at)
+    out = _cancel(SpeexCanceller(200), mic, robot_voice)
+    kept = 10 * np.log10(np.sum(out[at : at + len(user)] ** 2) / np.sum(user**2))
+    assert kept > -6.0, kept
+
+
+def test_a_mic_block_with_no_reference_passes_almost_unchanged():
+    canceller = SpeexCanceller(200, preprocess=False)
+    x = (0.1 * np.random.default_rng(0).standard_normal(SAMPLE_RATE)).astype(np.float32)
+    out = _cancel(canceller, x, np.zeros_like(x))
+    assert np.sum(out[1024:-1024] ** 2) / np.sum(x[1024:-1024] ** 2) > 0.5
+
+
+def test_room_stream_equals_the_whole_signal_mix():
+    room = Room(RoomSettings(noise_db=-200))
+    stream = RoomStream(room)
+    robot = np.random.default_rng(1).standard_normal(8000).astype(np.float32)
+    stream.played(robot, 0)
+    blocks = np.concatenate([stream.heard(i, 512) for i in range(0, 7680, 512)])
+    assert np.allclose(blocks, room.echo(robot)[:7680], atol=1e-4)
+
+
+# --- the judge ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "voiced_ms", "final", "verdict"),
+    [
+        ("Uh-huh.", 400, True, BACKCHANNEL),
+        ("Yeah, okay.", 800, True, BACKCHANNEL),
+        ("I see.", 400, False, UNDECIDED),  # the next word may be "wait"
+        ("Wait", 300, False, INTERRUPT),
+        ("No, I meant the blue one.", 1200, True, INTERRUPT),
+        ("Show us the red cup", 700, False, INTERRUPT),  # three other words
+        ("Fine.", 400, True, BACKCHANNEL),  # one word, no stop word: a remark
+        (None, 1600, False, INTERRUPT),  # long, and nothing known of the words
+        ("the lighthouse on the hill", 1600, True, ECHO),  # the robot's own words
+        ("Stop, the lighthouse", 900, False, INTERRUPT),  # a stop word the robot did not say
+    ],
+)
+def test_judge(text, voiced_ms, final, verdict):
+    assert BargeInJudge().judge(text, voiced_ms, final, ROBOT_LINES) == verdict
+
+
+def test_judge_waits_on_harmless_words_and_listens_only_for_stop_words_while_cold():
+    judge = BargeInJudge()
+    assert judge.judge(None, 2000, False, echo_so_far=True) == UNDECIDED
+    assert judge.judge("show us the red cup", 700, False, stop_words_only=True) == UNDECIDED
+    assert judge.judge("wait", 300, False, stop_words_only=True) == INTERRUPT
+
+
+def test_judge_settings_are_checked_and_word_lists_are_parameters():
+    with pytest.raises(ValueError, match="interrupt_words"):
+        BargeInSettings(interrupt_words=0)
+    judge = BargeInJudge(BargeInSettings(backchannels=("bueno",), stop_words=("para",)))
+    assert judge.judge("bueno", 300, True) == BACKCHANNEL
+    assert judge.judge("para", 300, False) == INTERRUPT
+    assert judge.is_echo("It's like turn slowly", [("its", "light", "turns", "slowly")])
+    # what the robot said, but not in its order: the user talking about it
+    line = words_of("I can see a small red cup, a notebook and a pair of glasses next to it.")
+    assert not judge.is_echo("Tell me about the red cup please", [line])
+
+
+def test_residual_gate_silences_quiet_and_explained_windows():
+    loud = np.full(WINDOW, 0.1, np.float32)
+    quiet = np.full(WINDOW, 0.001, np.float32)  # -60 dBFS
+    cleaned = np.concatenate([loud, quiet, loud * 0.05])
+    mic = np.concatenate([loud, quiet, loud])  # the last: the canceller took 26 dB off
+    out = residual_gate(cleaned, mic, -40.0, -18.0)
+    assert out[:WINDOW].all() and not out[WINDOW:].any()
+
+
+# --- the listener in aec ----------------------------------------------------------------------
+class Words:
+    """Transcriber returning a fixed text (any audio); counts its calls."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.calls = text, 0
+
+    def transcribe(self, audio, final=True):
+        from bolt_agent.core.asr.asr_engine import AsrResult
+
+        self.calls += 1
+        return AsrResult(self.text, 0.9, "en", 0.0)
+
+
+class PassThrough:
+    """A canceller that changes nothing (the scripted VAD decides what is speech)."""
+
+    converged = True
+
+    def reference(self, samples, stamp_ns) -> None:
+        pass
+
+    def process(self, mic, stamp_ns):
+        return mic
+
+
+def aec_listener(text: str, speech_windows: int, **settings) -> tuple[Listener, Words]:
+    probs = [0.0] * 4 + [0.95] * speech_windows + [0.0] * 60
+    words = Words(text)
+    vad = VadSegmenter(VadConfig(min_silence_ms=500, min_speech_ms=64), model=ScriptedProbs(probs))
+    s = ListenerSettings(echo_mode="aec", aec_min_ms=64, aec_threshold=0.6, **settings)
+    listener = Listener(words, s, vad, canceller=PassThrough())
+    listener.robot_said("Let me tell you about the lighthouse on the hill.")
+    listener.robot_speaking(True)
+    return listener, words
+
+
+def run(listener: Listener, blocks: int) -> list:
+    events = []
+    loud = np.full(WINDOW, 0.2, np.float32)  # above the residual gate: the VAD decides
+    for k in range(blocks):
+        events += listener.push(loud, block_stamp(k))
+    return events
+
+
+def test_a_backchannel_over_the_robot_is_kept_but_stops_nothing():
+    listener, _ = aec_listener("Uh-huh.", 12)
+    events = run(listener, 60)
+    assert not any(isinstance(e, VoiceActivityEvent) and e.barge_in for e in events)
+    finals = [e for e in events if isinstance(e, TranscriptEvent) and e.is_final]
+    assert [(f.text, f.backchannel) for f in finals] == [("Uh-huh.", True)]
+    assert listener.barge_in_verdicts["backchannel"] == 1
+
+
+def test_a_stop_word_interrupts_from_the_first_quick_transcript():
+    listener, _ = aec_listener("Wait, stop.", 12)
+    events = run(listener, 60)
+    barge = [i for i, e in enumerate(events) if isinstance(e, VoiceActivityEvent) and e.barge_in]
+    assert len(barge) == 1
+    start = next(i for i, e in enumerate(events) if isinstance(e, VoiceActivityEvent))
+    # announced before the utterance ended: from the quick transcript at its start
+    end = next(
+        i for i, e in enumerate(events) if isinstance(e, VoiceActivityEvent) and not e.speaking
+    )
+    assert start < barge[0] < end
+    final = next(e for e in events if isinstance(e, TranscriptEvent) and e.is_final)
+    assert final.text == "Wait, stop." and not final.backchannel
+
+
+def test_the_robots_own_words_are_dropped_as_echo():
+    listener, _ = aec_listener("the lighthouse on the hill", 20)
+    events = run(listener, 70)
+    assert not any(isinstance(e, VoiceActivityEvent) and e.barge_in for e in events)
+    assert not any(isinstance(e, TranscriptEvent) for e in events)  # not even a partial
+    assert [e.reason for e in events if isinstance(e, NoSpeech)] == ["echo"]
+
+
+def test_a_barge_in_decided_after_the_robot_finished_stops_nothing():
+    """Words judged an interruption only once the utterance is over, when the robot has
+    stopped: no barge-in (it would stop the robot's next turn); the words come as a turn."""
+    listener, _ = aec_listener("Show us the red cup", 6, probe_interval_ms=0)
+    events = run(listener, 8)
+    listener.robot_speaking(False)
+    events += run(listener, 50)
+    assert not any(isinstance(e, VoiceActivityEvent) and e.barge_in for e in events)
+    finals = [e for e in events if isinstance(e, TranscriptEvent) and e.is_final]
+    assert [f.text for f in finals] == ["Show us the red cup"]
+    assert listener.barge_in_verdicts["interrupt"] == 1
+
+
+def test_without_a_canceller_aec_judges_an_input_cancelled_elsewhere():
+    words = Words("Okay.")
+    probs = [0.0] * 4 + [0.95] * 10 + [0.0] * 60
+    vad = VadSegmenter(VadConfig(min_silence_ms=500, min_speech_ms=64), model=ScriptedProbs(probs))
+    listener = Listener(words, ListenerSettings(echo_mode="aec", aec_min_ms=64), vad)
+    listener.robot_speaking(True)
+    events = run(listener, 60)
+    finals = [e for e in events if isinstance(e, TranscriptEvent) and e.is_final]
+    assert [(f.text, f.backchannel) for f in finals] == [("Okay.", True)]
