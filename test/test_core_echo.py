@@ -262,7 +262,7 @@ def test_the_robots_own_words_are_dropped_as_echo():
 def test_a_barge_in_decided_after_the_robot_finished_stops_nothing():
     """Words judged an interruption only once the utterance is over, when the robot has
     stopped: no barge-in (it would stop the robot's next turn); the words come as a turn."""
-    listener, _ = aec_listener("Show us the red cup", 6, probe_interval_ms=0)
+    listener, _ = aec_listener("Show us the red cup", 6, barge_in_probe_ms=0)
     events = run(listener, 8)
     listener.robot_speaking(False)
     events += run(listener, 50)

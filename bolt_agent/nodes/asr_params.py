@@ -349,8 +349,8 @@ class AsrParams:
             barge_in_min_ms=self.barge_in_min_ms,
             aec_threshold=self.aec_threshold,
             aec_min_ms=self.aec_min_ms,
-            probe_interval_ms=self.barge_in_probe_ms,
-            barge_in=BargeInSettings(
+            barge_in_probe_ms=self.barge_in_probe_ms,
+            judge=BargeInSettings(
                 backchannels=self.backchannel_words,
                 stop_words=self.stop_words,
                 interrupt_after_ms=self.interrupt_after_ms,

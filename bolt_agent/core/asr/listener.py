@@ -10,7 +10,7 @@ ASR node used to decide inline:
   voice out of the mic first (``core.audio.echo_canceller``, fed by ``reference``), listens
   with ``aec_threshold``/``aec_min_ms`` while the robot speaks, and flags an utterance
   ``barge_in`` only once ``core.asr.barge_in`` judges it an interruption, from quick
-  transcripts of the words so far (every ``probe_interval_ms``), the voice's length and the
+  transcripts of the words so far (every ``barge_in_probe_ms``), the voice's length and the
   early or final transcript; a backchannel ("uh-huh") never stops the robot and its transcript
   says ``backchannel``. A change takes effect from
   the next pushed block, and the tail is counted in audio, not in wall time: audio that
@@ -112,8 +112,8 @@ class ListenerSettings:
     #: (dB full scale) are silence to the VAD (the canceller's residue; the words keep them)
     aec_residual_db: float = -40.0
     aec_residual_ratio_db: float = -18.0  # ... or this far below the microphone's window
-    probe_interval_ms: int = 250  # aec: a quick transcript this often while judging a barge-in
-    barge_in: BargeInSettings = field(default_factory=BargeInSettings)  # aec: the judge's
+    barge_in_probe_ms: int = 250  # aec: a quick transcript this often while judging a barge-in
+    judge: BargeInSettings = field(default_factory=BargeInSettings)  # aec: the barge-in judge
     echo_tail_ms: int = 300  # gate: keep ignoring the mic this long after the robot stops
     partial_interval_s: float = 1.0  # of speech between partial transcripts (0 = no partials)
     early_final: bool = True  # transcribe when a silence begins, reuse when it is confirmed
@@ -308,7 +308,7 @@ class Listener:
         # before it comes here (PulseAudio's module-echo-cancel, a microphone array's own
         # canceller), and only the barge-in judge runs
         self.canceller = canceller
-        self.judge = BargeInJudge(self.settings.barge_in)
+        self.judge = BargeInJudge(self.settings.judge)
         self._judging: _Judging | None = None
         self._judge_lock = threading.Lock()
         self.barge_in_verdicts = {INTERRUPT: 0, BACKCHANNEL: 0, ECHO: 0}  # aec: the judge's
@@ -382,7 +382,7 @@ class Listener:
         """New settings from the next block on (a barge-in sensitivity applies at once)."""
         self.settings = settings
         self.end_of_turn.settings = settings.end_of_turn
-        self.judge = BargeInJudge(settings.barge_in)
+        self.judge = BargeInJudge(settings.judge)
         if self._barge_mode:
             self._set_sensitivity()
 
@@ -438,7 +438,7 @@ class Listener:
                     onset_ns = self.stamp(event.onset)
                     # the first quick transcript at once: "wait" or "stop" is often all
                     # there is to hear, and every 250 ms waited is 250 ms more of the robot
-                    first_probe = event.onset - s.probe_interval_ms * SAMPLE_RATE // 1000
+                    first_probe = event.onset - s.barge_in_probe_ms * SAMPLE_RATE // 1000
                     self._judging = _Judging(
                         self._utt_id, event.onset, onset_ns, first_probe, self._robot_turns
                     )
@@ -557,7 +557,7 @@ class Listener:
         ):
             self._decide(judging, INTERRUPT)
             return
-        probe = self.settings.probe_interval_ms * SAMPLE_RATE // 1000
+        probe = self.settings.barge_in_probe_ms * SAMPLE_RATE // 1000
         if probe > 0 and seg.offset - judging.last_probe >= probe and self._idle():
             judging.last_probe = seg.offset
             onset = seg.speech_onset
