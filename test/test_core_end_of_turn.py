@@ -31,16 +31,18 @@ CAP = VadConfig(min_speech_ms=150, min_silence_ms=1200, speech_pad_ms=64, start_
 
 
 class Words:
-    """A transcriber that says ``text`` for every call (the words the user said so far)."""
+    """A transcriber that says ``text`` for every call (the words the user said so far), with
+    ``confidence``."""
 
-    def __init__(self, *texts: str) -> None:
+    def __init__(self, *texts: str, confidence: float = 0.9) -> None:
         self.texts = list(texts)
         self.calls = 0
+        self.confidence = confidence
 
     def transcribe(self, audio: np.ndarray, final: bool = True) -> AsrResult:
         text = self.texts[min(self.calls, len(self.texts) - 1)]
         self.calls += 1
-        return AsrResult(text, 0.9, "en", 0.0)
+        return AsrResult(text, self.confidence, "en", 0.0)
 
 
 def listener(probs, asr, settings=SEMANTIC, config=CAP) -> Listener:
@@ -131,6 +133,23 @@ def test_without_a_hint_the_text_decides_after_the_hint_timeout():
     lis = listener(SPEECH, Words("I would like to buy a"))  # whisper's period cannot save it
     ((_k, metrics),) = ends(run(lis, range(len(SPEECH))))
     assert metrics.ended_by == "silence"
+
+
+def test_words_it_may_have_misheard_wait_longer():
+    """Below ``trust_confidence`` a complete hint waits the middle silence (600 ms, not 250),
+    and the text alone never ends the turn (the cap does); above it, as before."""
+    from dataclasses import replace
+
+    careful = replace(SEMANTIC, trust_confidence=0.6)
+    lis = listener(SPEECH, Words("Can you nod for me", confidence=0.4), careful)
+    ((_k, metrics),) = ends(run(lis, range(len(SPEECH)), hint_after_early(lis, 0.4)))
+    assert metrics.ended_by == "hint" and 600 <= metrics.silence_ms < 650
+    lis = listener(SPEECH, Words("Caught you.", confidence=0.4), careful)
+    ((_k, metrics),) = ends(run(lis, range(len(SPEECH))))
+    assert metrics.ended_by == "silence" and metrics.silence_ms == 1200
+    lis = listener(SPEECH, Words("Can you nod for me", confidence=0.8), careful)
+    ((_k, metrics),) = ends(run(lis, range(len(SPEECH)), hint_after_early(lis, 0.4)))
+    assert metrics.ended_by == "hint" and 250 <= metrics.silence_ms < 300
 
 
 def test_a_hint_about_other_words_or_another_utterance_is_ignored():

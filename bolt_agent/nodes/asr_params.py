@@ -162,6 +162,15 @@ class AsrParams:
         low=0,
         high=60000,
     )
+    end_of_turn_trust_confidence: float = param(
+        0.0,
+        "semantic: an early transcript less confident than this (whisper's mean token "
+        "probability) may be misheard: a complete judgement waits "
+        "end_of_turn_likely_silence_ms at least, and the text alone never ends the turn "
+        "(0 = off)",
+        low=0.0,
+        high=1.0,
+    )
     speech_pad_ms: int = param(
         48,
         "audio in ms kept after the end of speech; the early transcript waits for it (a "
@@ -366,6 +375,7 @@ class AsrParams:
                 incomplete_silence_ms=self.end_of_turn_max_silence_ms,
                 threshold=self.end_of_turn_threshold,
                 hint_timeout_ms=self.end_of_turn_hint_timeout_ms,
+                trust_confidence=self.end_of_turn_trust_confidence,
                 likely_threshold=min(self.end_of_turn_likely_threshold, self.end_of_turn_threshold),
                 likely_silence_ms=min(
                     max(self.end_of_turn_likely_silence_ms, complete),

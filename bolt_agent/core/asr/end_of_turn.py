@@ -10,7 +10,11 @@ short, and a user who pauses mid-sentence ("I would like to buy … a long sword
   (~600 ms): a finished sentence the model scores just under the threshold no longer waits for
   the cap, and a beginning that only whisper's punctuation makes look finished scores far lower;
 * **incomplete** → it waits until ``incomplete_silence_ms`` (~1.2 s), the VAD's own cap;
-* **not known yet** (no early transcript) → the cap ends it.
+* **not known yet** (no early transcript) → the cap ends it;
+* **words it may have misheard** (the early transcript's confidence, whisper's mean token
+  probability, under ``trust_confidence``) → a complete judgement waits ``likely_silence_ms``
+  at least, and the text alone never ends the turn: "could you" heard as "caught you." and
+  judged complete ended a paused sentence in two.
 
 Whether the words are complete comes from a *hint*: the resident LLM's probability that a
 sentence ends right after the words (``EndOfTurnHint`` on ``llm/end_of_turn``; one decode step
@@ -80,6 +84,7 @@ class EndOfTurnSettings:
     hint_timeout_ms: int = 800  # silence after which the text decides when no hint came
     likely_threshold: float = 0.03  # hint p_complete at or above which finished-looking text…
     likely_silence_ms: int = 600  # …ends the turn after this silence
+    trust_confidence: float = 0.0  # early transcripts less sure than this wait longer (0: off)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -149,14 +154,25 @@ class EndOfTurn:
             return Decision(text_looks_complete(text), "text", None, s.hint_timeout_ms)
         return None
 
-    def should_end(self, text: str | None, silence_ms: float) -> Decision | None:
+    def should_end(
+        self, text: str | None, silence_ms: float, confidence: float = 1.0
+    ) -> Decision | None:
         """End the utterance now? A ``Decision`` that says complete, else None (keep waiting:
-        the VAD's own cap, ``incomplete_silence_ms``, ends it)."""
-        if self.settings.mode != "semantic" or text is None:
+        the VAD's own cap, ``incomplete_silence_ms``, ends it). ``confidence``: the early
+        transcript's (below ``trust_confidence``: the words may be misheard)."""
+        s = self.settings
+        if s.mode != "semantic" or text is None:
             return None
-        if silence_ms < self.settings.complete_silence_ms:
+        if silence_ms < s.complete_silence_ms:
             return None
         decision = self.judge(text, silence_ms)
-        if decision is None or not decision.complete or silence_ms < decision.silence_ms:
+        if decision is None or not decision.complete:
+            return None
+        if confidence < s.trust_confidence:
+            if decision.source == "text":
+                return None  # misheard words alone prove nothing: the cap decides
+            wait = max(decision.silence_ms, s.likely_silence_ms)
+            decision = Decision(True, decision.source, decision.p_complete, wait)
+        if silence_ms < decision.silence_ms:
             return None
         return decision

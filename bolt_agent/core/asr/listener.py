@@ -675,12 +675,14 @@ class Listener:
         for hint in hints:
             self.end_of_turn.hint(*hint)
         spec, seg = self._early, self.vad
+        confidence = 1.0
         if spec is None or spec.stale or not spec.ran or spec.failed or spec.result is None:
             text = None
         else:
             text = spec.result.text
+            confidence = float(getattr(spec.result, "confidence", 1.0))
         silence_ms = seg.silence_samples * 1000 / SAMPLE_RATE
-        decision = self.end_of_turn.should_end(text, silence_ms)
+        decision = self.end_of_turn.should_end(text, silence_ms, confidence)
         if decision is None:
             return
         event = seg.end_now()

@@ -1,0 +1,227 @@
+"""End of turn across voices: is a paused sentence kept whole, how soon does the final come, and
+is the WER as good as raw whisper's, for voices other than the robot's own?
+
+Per voice (``testing.voices.VOICES``: Piper's joe and five espeak-ng voices), in silence (no
+robot), through the ASR stage exactly as asr_node runs it with its defaults (Silero VAD,
+whisper-base on 2 threads, the listener's semantic end of turn):
+
+* the voice loop's finished requests (``voice_loop.UTTERANCES``, the first eight);
+* paused sentences (``voice_loop.PAUSE_UTTERANCES``): the first words, 0.7 s of silence, the
+  rest. **Kept whole** = one final transcript for the whole sentence (a false endpoint splits
+  it in two).
+
+The LLM's end-of-turn hint comes from the bundled model (``TurnRunner.end_of_turn_probability``,
+as llm_node answers ``llm/end_of_turn``), given as soon as each early transcript is out: the
+stack's hint comes 50-100 ms later, so the delays here are that much shorter than the stack's.
+Time is the stream's (``echo_bench.VirtualRunner``): a transcription holds it for as long as it
+took here.
+
+Reported per voice: paused sentences kept whole, the last voiced sample → final transcript
+(p50, p90), false endpoints, the WER of the finals and of raw whisper on each whole utterance.
+
+    python -m bolt_agent.benchmarks.voices_bench [--out bench_out/voices.json] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bolt_agent.benchmarks.echo_bench import VirtualRunner
+from bolt_agent.core.asr.vad_segmenter import SAMPLE_RATE
+
+BLOCK = 512
+PAUSE_S = 0.7
+GAP_S = 2.0  # silence after each utterance: the cap ends it whatever the words
+
+
+@dataclass
+class Said:
+    text: str
+    audio: np.ndarray
+    last_voiced_s: float = 0.0  # stream time of its last sample above 0.01
+    paused: bool = False
+    finals: list[tuple[float, str]] = field(default_factory=list)
+
+
+class _VoiceRun:
+    """One voice's continuous stream through the listener, on the stream's clock."""
+
+    def __init__(self, whisper: Any, params: Any, hint: Any) -> None:
+        from bolt_agent.core.asr.listener import Listener
+        from bolt_agent.core.asr.vad_segmenter import VadSegmenter
+
+        self.pos = 0
+        self.runner = VirtualRunner(lambda: self.pos / SAMPLE_RATE)
+        self.events: list[tuple[float, Any]] = []
+        self._hint = hint
+        self.listener = Listener(
+            whisper,
+            params.listener_settings(),
+            VadSegmenter(params.vad_config()),
+            runner=self.runner,
+            emit=self._emit,
+        )
+
+    def _emit(self, event: Any) -> None:
+        from bolt_agent.core.asr.listener import TranscriptEvent
+
+        self.events.append((self.runner.now(), event))
+        if isinstance(event, TranscriptEvent) and event.early:
+            p = self._hint(event.utterance_id, event.text)
+            if p is not None:
+                self.listener.end_of_turn_hint(event.utterance_id, event.text, p)
+
+    def play(self, item: Said) -> None:
+        from bolt_agent.core.asr.listener import TranscriptEvent
+
+        lead = np.zeros(BLOCK * 4, np.float32)
+        stream = np.concatenate([lead, item.audio, np.zeros(int(GAP_S * SAMPLE_RATE), np.float32)])
+        loud = np.nonzero(np.abs(item.audio) > 0.01)[0]
+        item.last_voiced_s = (self.pos + len(lead) + int(loud[-1])) / SAMPLE_RATE
+        first = len(self.events)
+        for i in range(0, len(stream) - BLOCK + 1, BLOCK):
+            self.pos += BLOCK
+            self.listener.push(stream[i : i + BLOCK], (self.pos - BLOCK) * 62_500)
+        item.finals = [
+            (t, e.text)
+            for t, e in self.events[first:]
+            if isinstance(e, TranscriptEvent) and e.is_final
+        ]
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    return float(np.percentile(values, q)) if values else None
+
+
+def run(quick: bool = False, trust_confidence: float | None = None, log=print) -> dict[str, Any]:
+    from bolt_agent.benchmarks.voice_loop import PAUSE_UTTERANCES, UTTERANCES
+    from bolt_agent.core.llm.chat_template import Knobs
+    from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
+    from bolt_agent.core.llm.profile import load_profile
+    from bolt_agent.core.llm.turn_runner import RunnerConfig, TurnRequest, TurnRunner
+    from bolt_agent.core.models import resolve_model
+    from bolt_agent.nodes.asr_params import AsrParams
+    from bolt_agent.nodes.llm_params import LlmParams
+    from bolt_agent.testing.voices import VOICES, speak, trim, wer
+
+    ap, lp = AsrParams(), LlmParams()
+    if trust_confidence is not None:  # an A/B of end_of_turn_trust_confidence
+        ap = AsrParams(end_of_turn_trust_confidence=trust_confidence)
+    whisper = ap.whisper_engine(device="cpu", cpu_threads=2)
+    whisper.load()
+    whisper.warm_up()
+    engine = LlamaEngine(
+        LlamaConfig(str(resolve_model(lp.model, kind="llm")), n_ctx=lp.n_ctx, n_threads=2)
+    ).load()
+    constrained = engine.chat_template.is_bundled
+    profile = load_profile(lp.profile)
+    dialogue = lp.dialogue(profile, constrained)
+    runner = TurnRunner(engine, dialogue, profile.registry, RunnerConfig(constrained=constrained))
+    knobs = Knobs(enable_thinking=lp.enable_thinking, conversational_mode=lp.conversational_mode)
+    finished = UTTERANCES[:3] if quick else UTTERANCES[:8]
+    paused = PAUSE_UTTERANCES[:3] if quick else PAUSE_UTTERANCES
+    voices = VOICES[:2] if quick else VOICES
+
+    def hint(utterance_id: str, text: str) -> float | None:
+        """The LLM's end-of-turn probability, as llm_node answers ``llm/end_of_turn``."""
+        return runner.end_of_turn_probability(
+            TurnRequest(utterance_id, text, knobs, lp.tool_choice)
+        )
+
+    t0 = time.perf_counter()
+    per_voice: dict[str, Any] = {}
+    for voice in voices:
+        items = [Said(t, trim(speak(voice, t))) for t in finished]
+        for head, rest, _ in paused:
+            gap = np.zeros(int(PAUSE_S * SAMPLE_RATE), np.float32)
+            audio = np.concatenate([trim(speak(voice, head)), gap, trim(speak(voice, rest))])
+            items.append(Said(f"{head} {rest}", audio, paused=True))
+        run_ = _VoiceRun(whisper, ap, hint)
+        raw_wer, final_wer, delays, whole = [], [], [], []
+        false_endpoints = 0
+        for item in items:
+            run_.play(item)
+            raw = whisper.transcribe(item.audio)
+            raw_wer.append(wer(item.text, raw.text if raw is not None else ""))
+            final_wer.append(wer(item.text, " ".join(text for _, text in item.finals)))
+            false_endpoints += sum(t < item.last_voiced_s for t, _ in item.finals)
+            if item.paused:
+                whole.append(len(item.finals) == 1)
+            after = [t for t, _ in item.finals if t >= item.last_voiced_s]
+            if after:
+                delays.append(after[0] - item.last_voiced_s)
+        per_voice[voice.name] = {
+            "paused_kept_whole": sum(whole) / max(1, len(whole)),
+            "paused": len(whole),
+            "end_of_turn_p50_s": _pct(delays, 50),
+            "end_of_turn_p90_s": _pct(delays, 90),
+            "false_endpoints": false_endpoints,
+            "utterances": len(items),
+            "wer": float(np.mean(final_wer)),
+            "wer_raw_whisper": float(np.mean(raw_wer)),
+            "finals": [[i.text, [t for _, t in i.finals]] for i in items],
+        }
+        v = per_voice[voice.name]
+        log(
+            f"{voice.name}: paused kept whole {v['paused_kept_whole']:.0%}, end of turn p50 "
+            f"{v['end_of_turn_p50_s']:.2f} s, WER {v['wer']:.1%} (raw {v['wer_raw_whisper']:.1%})"
+        )
+    engine.close()
+    whisper.close()
+    delays_all = [v["end_of_turn_p50_s"] for v in per_voice.values() if v["end_of_turn_p50_s"]]
+    return {
+        "per_voice": per_voice,
+        "paused_kept_whole": float(np.mean([v["paused_kept_whole"] for v in per_voice.values()])),
+        "end_of_turn_p50_s_median_of_voices": float(np.median(delays_all)),
+        "wer": float(np.mean([v["wer"] for v in per_voice.values()])),
+        "wer_raw_whisper": float(np.mean([v["wer_raw_whisper"] for v in per_voice.values()])),
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def table(result: dict[str, Any]) -> str:
+    def f(v: Any) -> str:
+        return "-" if v is None else f"{v:.2f}"
+
+    rows = [
+        "| voice | paused sentences kept whole | last voiced → final p50 / p90 s | false "
+        "endpoints | WER (raw whisper) |",
+        "|---|---|---|---|---|",
+    ]
+    for name, v in result["per_voice"].items():
+        rows.append(
+            f"| {name} | {v['paused_kept_whole']:.0%} of {v['paused']} | "
+            f"{f(v['end_of_turn_p50_s'])} / {f(v['end_of_turn_p90_s'])} | "
+            f"{v['false_endpoints']} of {v['utterances']} | {v['wer']:.1%} "
+            f"({v['wer_raw_whisper']:.1%}) |"
+        )
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bolt_agent.benchmarks.report import write_json
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="bench_out/voices.json")
+    ap.add_argument("--quick", action="store_true", help="2 voices, 3 + 3 utterances")
+    ap.add_argument("--trust-confidence", type=float, default=None,
+                    help="asr_node's end_of_turn_trust_confidence for this run")  # fmt: skip
+    args = ap.parse_args(argv)
+    result = run(quick=args.quick, trust_confidence=args.trust_confidence)
+    result["end_of_turn_trust_confidence"] = args.trust_confidence
+    text = table(result)
+    print(text)
+    out = Path(args.out)
+    write_json(out, result)
+    out.with_suffix(".md").write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
