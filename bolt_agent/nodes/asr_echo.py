@@ -8,15 +8,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 from std_msgs.msg import String
 
 from bolt_agent.core.asr.audio_ingest import audio_block_problem
 from bolt_agent.core.asr.listener import Listener
 from bolt_agent.core.asr.vad_segmenter import SAMPLE_RATE
-from bolt_agent.core.audio.audio_io import RateResamplers, int16_to_float, to_mono
+from bolt_agent.core.audio.audio_io import RateResamplers
 from bolt_agent.core.audio.echo_canceller import EchoCanceller, SpeexCanceller, sample_index
 from bolt_agent.nodes import qos
+from bolt_agent.nodes.messages import chunk_audio, stamp_ns
 from bolt_agent_interfaces.msg import AudioChunk, SpokenText
 
 
@@ -64,9 +64,8 @@ class AsrEcho:
             )
             if why is not None:
                 raise ValueError(why)
-            x = to_mono(int16_to_float(np.asarray(msg.samples, dtype=np.int16)), msg.channels)
-            x = self._resamplers.process(x, int(msg.sample_rate) or SAMPLE_RATE)
-            listener.reference(x, msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec)
+            x = self._resamplers.process(chunk_audio(msg), int(msg.sample_rate) or SAMPLE_RATE)
+            listener.reference(x, stamp_ns(msg.header.stamp))
         except Exception as exc:  # a malformed block: the echo of it is not cancelled
             node.record_failure("bad_reference", f"audio/output block refused: {exc!r}", log=False)
             node.get_logger().error(

@@ -40,9 +40,7 @@ from bolt_agent.core.audio.audio_io import (
     MicCapture,
     RateResamplers,
     describe_devices,
-    int16_to_float,
     list_devices,
-    to_mono,
 )
 from bolt_agent.core.models import ModelNotFoundError
 from bolt_agent.nodes import qos
@@ -50,6 +48,7 @@ from bolt_agent.nodes.asr_echo import AsrEcho
 from bolt_agent.nodes.asr_outputs import AsrOutputs
 from bolt_agent.nodes.asr_params import AsrParams
 from bolt_agent.nodes.lifecycle import BoltLifecycleNode
+from bolt_agent.nodes.messages import chunk_audio, stamp_ns
 from bolt_agent.nodes.runtime import main_for
 from bolt_agent_interfaces.msg import AudioChunk, EndOfTurnHint, TtsState
 
@@ -253,9 +252,9 @@ class AsrNode(BoltLifecycleNode):
         if not self._active:  # nothing listens: no stream to find gaps in either
             self._ingest.stream_gaps.reset()
             return
-        x = to_mono(int16_to_float(np.asarray(msg.samples, dtype=np.int16)), msg.channels)
+        x = chunk_audio(msg)
         rate = int(msg.sample_rate) or SAMPLE_RATE
-        stamp = msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
+        stamp = stamp_ns(msg.header.stamp)
         frames = len(msg.samples) // max(1, msg.channels)
         # a block lost on the way (best effort), or a publisher that paused (the two look
         # alike; an utterance it cuts is logged as such: ended_by audio_lost)

@@ -4,8 +4,6 @@ parameters, lifecycle and threads only."""
 
 from __future__ import annotations
 
-import array
-
 import numpy as np
 from builtin_interfaces.msg import Time
 
@@ -18,14 +16,10 @@ from bolt_agent.core.asr.listener import (
     VoiceActivityEvent,
 )
 from bolt_agent.core.asr.vad_segmenter import SAMPLE_RATE
-from bolt_agent.core.audio.audio_io import float_to_int16
 from bolt_agent.nodes import qos
 from bolt_agent.nodes.lifecycle import BoltLifecycleNode
+from bolt_agent.nodes.messages import audio_chunk, stamp
 from bolt_agent_interfaces.msg import AudioChunk, Transcript, TurnMetrics, VoiceActivity
-
-
-def stamp(ns: int) -> Time:
-    return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
 
 
 class AsrOutputs:
@@ -67,10 +61,7 @@ class AsrOutputs:
 
     def audio(self, chunk: np.ndarray, stamp_ns: int) -> None:
         """The microphone's block on audio/input (``publish_audio``)."""
-        msg = AudioChunk(sample_rate=SAMPLE_RATE, channels=1)
-        msg.header.stamp = stamp(stamp_ns)
-        msg.samples = array.array("h", float_to_int16(chunk).tobytes())
-        self._audio_pub.publish(msg)
+        self._audio_pub.publish(audio_chunk(chunk, stamp_ns, SAMPLE_RATE))
 
     def publish(self, event: ListenerEvent) -> None:
         if isinstance(event, VoiceActivityEvent):

@@ -7,10 +7,16 @@ conversion both ways lives here so that the field names exist once.
 
 from __future__ import annotations
 
+import array
 import json
 from typing import Any
 
+import numpy as np
+from builtin_interfaces.msg import Time
+
+from bolt_agent.core.audio.audio_io import float_to_int16, int16_to_float, to_mono
 from bolt_agent_interfaces.msg import (
+    AudioChunk,
     GameState,
     ItemCount,
     JointCommand,
@@ -18,6 +24,30 @@ from bolt_agent_interfaces.msg import (
     ToolCall,
     ToolEvent,
 )
+
+
+def stamp(ns: int) -> Time:
+    return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+
+
+def stamp_ns(time: Time) -> int:
+    return time.sec * 1_000_000_000 + time.nanosec
+
+
+def audio_chunk(samples: np.ndarray, at_ns: int, sample_rate: int, channels: int = 1) -> AudioChunk:
+    """An ``AudioChunk`` of ``samples`` (int16 as they are, float [-1, 1] converted) whose first
+    sample is at ``at_ns``."""
+    if samples.dtype != np.int16:
+        samples = float_to_int16(samples)
+    msg = AudioChunk(sample_rate=sample_rate, channels=channels)
+    msg.header.stamp = stamp(at_ns)
+    msg.samples = array.array("h", samples.tobytes())
+    return msg
+
+
+def chunk_audio(msg: AudioChunk) -> np.ndarray:
+    """An ``AudioChunk``'s samples as mono float32 (at its own rate)."""
+    return to_mono(int16_to_float(np.asarray(msg.samples, dtype=np.int16)), msg.channels)
 
 
 def tool_call(name: str, arguments: dict[str, Any]) -> ToolCall:

@@ -18,7 +18,6 @@ later than that is counted in ``late_reference``).
 
 from __future__ import annotations
 
-import array
 import queue
 import threading
 
@@ -30,13 +29,11 @@ from std_msgs.msg import Header, String
 
 from bolt_agent.core.audio.audio_io import (
     RateResamplers,
-    float_to_int16,
-    int16_to_float,
-    to_mono,
 )
-from bolt_agent.core.audio.echo_canceller import SAMPLE_RATE, sample_index
+from bolt_agent.core.audio.echo_canceller import SAMPLE_RATE, sample_index, sample_stamp
 from bolt_agent.core.audio.room import Room, RoomSettings, RoomStream
 from bolt_agent.nodes import qos
+from bolt_agent.nodes.messages import audio_chunk, chunk_audio, stamp, stamp_ns
 from bolt_agent_interfaces.msg import AudioChunk
 
 BLOCK = 512  # 32 ms
@@ -77,12 +74,11 @@ class RoomNode(Node):
 
     def _on_output(self, msg: AudioChunk) -> None:
         try:
-            x = to_mono(int16_to_float(np.asarray(msg.samples, dtype=np.int16)), msg.channels)
-            x = self._resamplers.process(x, int(msg.sample_rate) or SAMPLE_RATE)
+            x = self._resamplers.process(chunk_audio(msg), int(msg.sample_rate) or SAMPLE_RATE)
         except Exception as exc:  # a malformed block is not played into the room
             self.get_logger().error(f"audio/output block refused: {exc!r}")
             return
-        start = sample_index(msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec)
+        start = sample_index(stamp_ns(msg.header.stamp))
         if self._next >= 0 and start < self._next:
             self.late_reference += 1
             self.get_logger().warning(
@@ -110,10 +106,7 @@ class RoomNode(Node):
             with self._lock:
                 start = max(self._next, self._now() - self._lag) + BLOCK
                 self._user.append((start, audio))
-            onset = Header(frame_id="room")
-            ns = start * 1_000_000_000 // SAMPLE_RATE
-            onset.stamp.sec, onset.stamp.nanosec = divmod(ns, 1_000_000_000)
-            self._onset.publish(onset)
+            self._onset.publish(Header(frame_id="room", stamp=stamp(sample_stamp(start))))
             self.get_logger().info(f"user says {text!r} ({len(audio) / SAMPLE_RATE:.2f} s)")
 
     def _tick(self) -> None:
@@ -130,11 +123,7 @@ class RoomNode(Node):
                         user[lo - start : hi - start] += audio[lo - u_start : hi - u_start]
                 self._user = [(s, a) for s, a in self._user if s + len(a) > start + BLOCK]
             mic = self.room.heard(start, BLOCK, user)
-            msg = AudioChunk(sample_rate=SAMPLE_RATE, channels=1)
-            ns = start * 1_000_000_000 // SAMPLE_RATE
-            msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(ns, 1_000_000_000)
-            msg.samples = array.array("h", float_to_int16(mic).tobytes())
-            self._mic.publish(msg)
+            self._mic.publish(audio_chunk(mic, sample_stamp(start), SAMPLE_RATE))
             self._next += BLOCK
 
 

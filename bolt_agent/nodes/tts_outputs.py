@@ -4,7 +4,6 @@ apart from the node's wiring so the node holds parameters, lifecycle and threads
 
 from __future__ import annotations
 
-import array
 import json
 
 import numpy as np
@@ -22,6 +21,7 @@ from bolt_agent.core.tts.speaker import (
 )
 from bolt_agent.nodes import qos
 from bolt_agent.nodes.lifecycle import BoltLifecycleNode
+from bolt_agent.nodes.messages import audio_chunk
 from bolt_agent_interfaces.msg import AudioChunk, TtsState, TurnMetrics
 
 
@@ -53,13 +53,8 @@ class TtsOutputs:
     def audio(self, block: np.ndarray, late_s: float = 0.0) -> None:
         """One block of the voice on audio/output (``audio_sink: topic``), stamped with its
         slot on the stream's clock (``late_s``: how late it goes out against it)."""
-        msg = AudioChunk()
-        now = self._node.get_clock().now().nanoseconds - int(late_s * 1e9)
-        msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(now, 1_000_000_000)
-        msg.sample_rate = self._sample_rate
-        msg.channels = 1
-        msg.samples = array.array("h", block.tobytes())
-        self._audio_pub.publish(msg)
+        slot_ns = self._node.get_clock().now().nanoseconds - int(late_s * 1e9)
+        self._audio_pub.publish(audio_chunk(block, slot_ns, self._sample_rate))
 
     def publish(self, event: SpeakerEvent) -> None:
         node = self._node

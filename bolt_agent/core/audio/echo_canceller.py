@@ -45,6 +45,11 @@ def sample_index(stamp_ns: int) -> int:
     return (stamp_ns * SAMPLE_RATE + _NS // 2) // _NS
 
 
+def sample_stamp(index: int) -> int:
+    """The stamp in ns of 16 kHz sample ``index`` (``sample_index`` gives it back)."""
+    return index * _NS // SAMPLE_RATE
+
+
 class ReferenceTimeline:
     """What the robot played, by absolute sample index, for the last ``keep_s`` seconds.
 
