@@ -50,6 +50,17 @@ FIRST_WINDOW_TOKENS_PER_S = 8.0
 MAX_TOKENS_PER_S = 8.0
 
 
+def _token_budget(tokens_per_s: float, samples: int) -> int:
+    """The most tokens a decoding of ``samples`` of 16 kHz audio may give (+ 8)."""
+    return int(tokens_per_s * samples / SAMPLE_RATE) + 8
+
+
+def _max_length(max_tokens: int, prompt: list[int]) -> int:
+    """CTranslate2's ``max_length`` for a budget of ``max_tokens``: it counts the prompt and
+    more (seen giving half of it), so the budget itself is checked on the tokens given."""
+    return min(MAX_LENGTH, 2 * (max_tokens + len(prompt) + 1))
+
+
 @dataclass(frozen=True)
 class AsrResult:
     text: str
@@ -238,8 +249,7 @@ class WhisperEngine(AsrEngine):
             # speech gives 3-5 tokens a second: a loop ("Excuse me. Excuse me. ..." to the
             # 448-token limit, 3-4 s of decoding per temperature on 0.8 s of audio in the echo
             # benchmark) is cut short, and its high compression ratio still calls the fallback
-            max_tokens = int(MAX_TOKENS_PER_S * samples / SAMPLE_RATE) + 8
-            max_length = min(MAX_LENGTH, 2 * (max_tokens + len(prompt) + 1))
+            max_length = _max_length(_token_budget(MAX_TOKENS_PER_S, samples), prompt)
             pieces.append(
                 decode_with_fallback(
                     self._model,
@@ -283,14 +293,13 @@ class WhisperEngine(AsrEngine):
             return None
         x = encoder_input(chunk, frames)
         encoded = self._model.encode(ctranslate2.StorageView.from_array(x))
-        max_tokens = int(FIRST_WINDOW_TOKENS_PER_S * samples / SAMPLE_RATE) + 8
+        max_tokens = _token_budget(FIRST_WINDOW_TOKENS_PER_S, samples)
         prompt = self._prompt(language)
-        # a bound that cuts a loop short; CTranslate2 counts its max_length in its own way (the
-        # prompt and more: seen giving half of it), so the check is on the tokens given
+        # a bound that cuts a loop short (``degenerate`` checks the budget on the tokens given)
         decoded = decode_with_fallback(
             self._model, encoded, prompt, self._vocab, self._suppress, (0.0,), 1,
             self.log_prob_threshold, self.no_speech_threshold,
-            max_length=min(MAX_LENGTH, 2 * (max_tokens + len(prompt) + 1)),
+            max_length=_max_length(max_tokens, prompt),
         )  # fmt: skip
         why = degenerate(decoded, max_tokens, self.log_prob_threshold)
         sentence = repeated_sentence(decoded.text) if why else ""

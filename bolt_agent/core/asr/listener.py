@@ -526,13 +526,18 @@ class Listener:
 
     # --- decisions (pushing thread) ----------------------------------------------------------
     def _cold(self) -> bool:
-        """The echo canceller is still learning the room (aec, our own canceller)."""
+        """The echo canceller is still learning the room (aec, our own canceller; an external
+        one has learnt it)."""
         return not getattr(self.canceller, "converged", True)
+
+    def _voiced_ms(self, end: int) -> float:
+        """How long the voice of the utterance being judged has lasted at sample ``end``."""
+        judging = self._judging
+        return 0.0 if judging is None else (end - judging.onset) * 1000 / SAMPLE_RATE
 
     def _set_sensitivity(self) -> None:
         s = self.settings
-        converged = getattr(self.canceller, "converged", True)  # (external: it is)
-        if s.echo_mode == "aec" and converged:
+        if s.echo_mode == "aec" and not self._cold():
             wanted = (s.aec_threshold, s.aec_min_ms)
         else:
             wanted = (s.barge_in_threshold, s.barge_in_min_ms)
@@ -548,13 +553,15 @@ class Listener:
         if judging is None or judging.verdict != UNDECIDED:
             return
         # the voice's length: a silence in progress (the VAD waiting for the end) is no voice
-        voiced_ms = (seg.offset - seg.silence_samples - judging.onset) * 1000 / SAMPLE_RATE
-        harmless = judging.words_so_far_harmless
-        cold = self._cold()
-        if (
-            self.judge.judge(None, voiced_ms, False, echo_so_far=harmless, stop_words_only=cold)
-            == INTERRUPT
-        ):
+        voiced_ms = self._voiced_ms(seg.offset - seg.silence_samples)
+        verdict = self.judge.judge(
+            None,
+            voiced_ms,
+            False,
+            echo_so_far=judging.words_so_far_harmless,
+            stop_words_only=self._cold(),
+        )
+        if verdict == INTERRUPT:
             self._decide(judging, INTERRUPT)
             return
         probe = self.settings.barge_in_probe_ms * SAMPLE_RATE // 1000
@@ -573,12 +580,12 @@ class Listener:
             )
             self._submit(job)
 
-    def _decide(self, judging: _Judging, verdict: str) -> bool:
-        """Settle ``judging`` (either thread); an interruption is announced as a barge-in
-        (``speaking``, ``barge_in``, the onset's stamp). False if it was settled already."""
+    def _decide(self, judging: _Judging, verdict: str) -> None:
+        """Settle ``judging`` (either thread; once); an interruption is announced as a barge-in
+        (``speaking``, ``barge_in``, the onset's stamp)."""
         with self._judge_lock:
             if judging.verdict != UNDECIDED:
-                return False
+                return
             judging.verdict = verdict
             self.barge_in_verdicts[verdict] += 1
         with self._robot_lock:  # the speech it was said over still going on?
@@ -588,7 +595,6 @@ class Listener:
             # would stop the robot's next turn instead; the words still come as a turn)
             event = VoiceActivityEvent(judging.utt_id, True, True, judging.onset_ns)
             self._deliver_voice(event)
-        return True
 
     def _apply_robot_state(self) -> None:
         with self._robot_lock:
@@ -651,10 +657,6 @@ class Listener:
             audio = seg.audio_between(start, end)
             spec = _Early(self._utt_id, start, onset, end, self.stamp(onset), self.stamp(end))
             self._early = spec
-            judging = self._judging
-            voiced_ms = 0.0
-            if judging is not None:
-                voiced_ms = (end - judging.onset) * 1000 / SAMPLE_RATE
             job = _Job(
                 "early",
                 spec.utt_id,
@@ -662,8 +664,8 @@ class Listener:
                 spec.start_ns,
                 spec.end_ns,
                 spec,
-                judging=judging,
-                voiced_ms=voiced_ms,
+                judging=self._judging,
+                voiced_ms=self._voiced_ms(end),
             )
             self._submit(job)
 
@@ -715,10 +717,6 @@ class Listener:
             ended = (spec.ended_by, spec.silence_ms)
         elif ended is None:
             ended = ("silence", 0.0 if event.forced else float(self.vad.config.min_silence_ms))
-        judging = self._judging
-        voiced_ms = 0.0
-        if judging is not None:
-            voiced_ms = (event.end - judging.onset) * 1000 / SAMPLE_RATE
         job = _Job(
             "final",
             self._utt_id,
@@ -727,8 +725,8 @@ class Listener:
             end_ns,
             spec if reuse else None,
             ended,
-            judging=judging,
-            voiced_ms=voiced_ms,
+            judging=self._judging,
+            voiced_ms=self._voiced_ms(event.end),
         )
         self._submit(job)
 

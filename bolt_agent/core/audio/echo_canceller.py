@@ -34,6 +34,9 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
+from bolt_agent.core.audio.audio_io import float_to_int16, int16_to_float
+
+_INT16_P = ctypes.POINTER(ctypes.c_int16)
 SAMPLE_RATE = 16000
 FRAME = 160  # 10 ms: the canceller's block
 LATENCY_S = FRAME / SAMPLE_RATE  # what ``SpeexCanceller.process`` adds to the microphone
@@ -43,6 +46,11 @@ _NS = 1_000_000_000
 def sample_index(stamp_ns: int) -> int:
     """The 16 kHz sample at ``stamp_ns`` (rounded): the time line both streams share."""
     return (stamp_ns * SAMPLE_RATE + _NS // 2) // _NS
+
+
+def _ratio_db(power: float, than: float) -> float:
+    """``power`` over ``than`` in dB; 0 while either is not yet measured."""
+    return 10.0 * math.log10(power / than) if power > 0.0 and than > 0.0 else 0.0
 
 
 def sample_stamp(index: int) -> int:
@@ -190,6 +198,7 @@ class SpeexCanceller(EchoCanceller):
             whole = len(buf) // FRAME * FRAME
             cleaned = [self._out]
             for i in range(0, whole, FRAME):
+                # frame by frame: the reference of a block's last frames may still be arriving
                 ref = self.timeline.read(self._pending_start + i, FRAME)
                 cleaned.append(self._frame(buf[i : i + FRAME], ref))
             self._pending = buf[whole:]
@@ -199,14 +208,11 @@ class SpeexCanceller(EchoCanceller):
             return out[: len(mic)]
 
     def _frame(self, mic: np.ndarray, ref: np.ndarray) -> np.ndarray:
-        m = np.clip(mic * 32768.0, -32768, 32767).astype(np.int16)
-        r = np.clip(ref * 32768.0, -32768, 32767).astype(np.int16)
+        m, r = float_to_int16(mic), float_to_int16(ref)
         o = np.empty(FRAME, np.int16)
-        ptr = ctypes.POINTER(ctypes.c_int16)
-        self._lib.AecCancelEcho(
-            self._handle, m.ctypes.data_as(ptr), r.ctypes.data_as(ptr), o.ctypes.data_as(ptr), FRAME
-        )
-        out = o.astype(np.float32) / 32768.0
+        m_p, r_p, o_p = (a.ctypes.data_as(_INT16_P) for a in (m, r, o))
+        self._lib.AecCancelEcho(self._handle, m_p, r_p, o_p, FRAME)
+        out = int16_to_float(o)
         if float(np.abs(ref).max()) > 1e-3:
             self.reference_s += FRAME / SAMPLE_RATE
             mic_power, out_power = float(np.dot(mic, mic)), float(np.dot(out, out))
@@ -229,16 +235,11 @@ class SpeexCanceller(EchoCanceller):
     def recent_erle_db(self) -> float:
         """The ERLE over about the last second of the robot's voice (the user talking over it
         lowers it)."""
-        mic, out = self._recent
-        if mic <= 0.0 or out <= 0.0:
-            return 0.0
-        return 10.0 * math.log10(mic / out)
+        return _ratio_db(*self._recent)
 
     @property
     def erle_db(self) -> float:
-        if self._out_power <= 0.0 or self._mic_power <= 0.0:
-            return 0.0
-        return 10.0 * math.log10(self._mic_power / self._out_power)
+        return _ratio_db(self._mic_power, self._out_power)
 
     def close(self) -> None:
         with self._lock:
