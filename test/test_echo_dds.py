@@ -106,6 +106,8 @@ def test_echo_backchannel_and_interruption_over_dds(node_process, unique_ns):
             # 3. an interruption: the robot stops
             done = turn("Wait, stop, I have a question.")
             assert done.interrupted, logs()
+            # (tts/state may reach this probe before the VoiceActivity that stopped the TTS)
+            spin_until(ex, lambda: any(v.barge_in for v in voice), 5, "the barge-in")
             barge = [v for v in voice if v.barge_in]
             assert len(barge) == 1, barge
             # the user's words come as a turn (whisper on espeak over the robot: the rest of
