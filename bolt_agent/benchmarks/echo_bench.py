@@ -29,7 +29,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -245,13 +245,8 @@ class Stream:
 
 
 # --- the figures --------------------------------------------------------------------------------
-def _pct(values: Sequence[float], q: float) -> float | None:
-    if not values:
-        return None
-    return float(np.percentile(np.asarray(values), q))
-
-
 def figures(trials: list[Trial]) -> dict[str, Any]:
+    from bolt_agent.benchmarks.voice_loop import percentile
     from bolt_agent.testing.voices import wer
 
     inter = [t for t in trials if t.kind == "interrupt"]
@@ -269,8 +264,8 @@ def figures(trials: list[Trial]) -> dict[str, Any]:
     return {
         "interruptions": len(inter),
         "interrupt_stop_rate": sum(t.barge_in_s is not None for t in inter) / max(1, len(inter)),
-        "interrupt_latency_p50_s": _pct(latencies, 50),
-        "interrupt_latency_p90_s": _pct(latencies, 90),
+        "interrupt_latency_p50_s": percentile(latencies, 0.5),
+        "interrupt_latency_p90_s": percentile(latencies, 0.9),
         "backchannels": len(back),
         "backchannel_stop_rate": sum(t.barge_in_s is not None for t in back) / max(1, len(back)),
         "backchannel_kept_rate": sum(

@@ -95,12 +95,8 @@ class _VoiceRun:
         ]
 
 
-def _pct(values: list[float], q: float) -> float | None:
-    return float(np.percentile(values, q)) if values else None
-
-
 def run(quick: bool = False, trust_confidence: float | None = None, log=print) -> dict[str, Any]:
-    from bolt_agent.benchmarks.voice_loop import PAUSE_UTTERANCES, UTTERANCES
+    from bolt_agent.benchmarks.voice_loop import PAUSE_UTTERANCES, UTTERANCES, percentile
     from bolt_agent.core.llm.chat_template import Knobs
     from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
     from bolt_agent.core.llm.profile import load_profile
@@ -159,8 +155,8 @@ def run(quick: bool = False, trust_confidence: float | None = None, log=print) -
         per_voice[voice.name] = {
             "paused_kept_whole": sum(whole) / max(1, len(whole)),
             "paused": len(whole),
-            "end_of_turn_p50_s": _pct(delays, 50),
-            "end_of_turn_p90_s": _pct(delays, 90),
+            "end_of_turn_p50_s": percentile(delays, 0.5),
+            "end_of_turn_p90_s": percentile(delays, 0.9),
             "false_endpoints": false_endpoints,
             "utterances": len(items),
             "wer": float(np.mean(final_wer)),
