@@ -149,6 +149,40 @@ def test_a_new_turn_cancels_the_one_in_progress():
     assert later[0].result().spoken_text == "Fine." and not later[0].result().cancelled
 
 
+def test_a_turn_is_either_cancelled_or_ended_never_both():
+    """A cancel while the last sentence goes out (decoding over, end marker not yet sent) stops
+    the turn: no end marker, a cancelled result. A cancel after the end stops nothing and says
+    so: the canceller is never told a turn was cancelled whose end marker is out."""
+    h = Harness(["Here is the whole story.", "Short.", "Third."])
+    sched = h.scheduler
+    answers: list[str] = []
+
+    class CancelAtLastSentence(RecordingSink):
+        def on_sentence(self, turn_id, seq, text):
+            super().on_sentence(turn_id, seq, text)
+            answers.append(sched.cancel("llm/cancel"))
+
+    class CancelAfterEnd(RecordingSink):
+        def on_turn_end(self, turn_id, seq, result):
+            super().on_turn_end(turn_id, seq, result)
+            answers.append(sched.cancel("llm/cancel"))
+
+    sched.start()
+    late, after = CancelAtLastSentence(), CancelAfterEnd()
+    first = sched.submit("t1", "a story", NO_THINK, late)
+    sched.run_pending()
+    assert answers == ["t1"] and h.cancelled == [("t1", "llm/cancel")]
+    assert first.result().cancelled
+    assert late.results[0].cancelled  # the turn's end says so: no end marker goes out
+    second = sched.submit("t2", "again", NO_THINK, after)
+    sched.run_pending()
+    assert answers == ["t1", ""] and not second.result().cancelled  # over before the cancel
+    assert not after.results[0].cancelled and len(h.cancelled) == 1
+    third = sched.submit("t3", "once more", NO_THINK, RecordingSink())  # a new generation's
+    sched.run_pending()  # job is not taken as ended by the last one's finish
+    assert third.result().spoken_text == "Third."
+
+
 def test_inactive_scheduler_refuses_new_and_queued_turns():
     h = Harness(["never said."])
     refused = h.scheduler.submit("t0", "hi", NO_THINK, RecordingSink())

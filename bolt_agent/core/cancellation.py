@@ -16,14 +16,37 @@ class CancelToken:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._generation = 0
+        self._finished = -1  # the generation whose job ended (``finish``) before any cancel
 
     def current(self) -> int:
         with self._lock:
             return self._generation
 
-    def cancel(self) -> None:
+    def cancel(self) -> bool:
+        """Invalidate every job stamped so far; whether the current generation's job had not
+        yet ``finish``-ed (a cancel that came after the end stopped nothing)."""
         with self._lock:
+            stopped = self._finished != self._generation
             self._generation += 1
+            return stopped
+
+    def begin(self) -> int:
+        """The generation a job starts under (``current()``); clears the previous job's end, as
+        jobs made between two cancels share a generation."""
+        generation = self.current()
+        with self._lock:
+            self._finished = -1
+        return generation
+
+    def finish(self, generation: int) -> bool:
+        """Mark the job of ``generation`` as ended, unless a cancel came first (False). One
+        step with ``cancel``, so a turn either ends (its end marker goes out) or is cancelled
+        (no marker, the canceller is told so), never both."""
+        with self._lock:
+            if generation != self._generation:
+                return False
+            self._finished = generation
+            return True
 
     def is_stale(self, generation: int) -> bool:
         with self._lock:

@@ -320,7 +320,7 @@ class TurnRunner:
     # --- the turn ------------------------------------------------------------------------------
     def run(self, request: TurnRequest, sink: TurnSink) -> TurnResult:
         with self._lock:
-            generation = self.cancel_token.current()
+            generation = self.cancel_token.begin()
             result = TurnResult(turn_id=request.turn_id)
             selection = self._select(request, result)
             option = selection.option if selection else None
@@ -353,6 +353,8 @@ class TurnRunner:
                 step.tool_responses = self._await_results(state.calls, generation, result)
                 if result.cancelled or self._nothing_to_add(step):
                     break
+            if not self.cancel_token.finish(generation):
+                result.cancelled = True  # cancelled after its last decode step: no end marker
             sink.on_turn_end(request.turn_id, seq, result)
             return result
 

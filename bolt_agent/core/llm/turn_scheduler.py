@@ -268,9 +268,8 @@ class TurnScheduler:
     def _bump(self) -> str:
         """A new generation (the lock held: a turn is marked current only with its stamp
         checked under it); the turn in progress when this cancel is the first to stop it."""
-        self.token.cancel()
-        if self.current_turn == self._stopped_turn:
-            return ""  # already cancelled: its side effects ran once
+        if not self.token.cancel() or self.current_turn == self._stopped_turn:
+            return ""  # already over (its end marker out), or cancelled: side effects ran once
         self._stopped_turn = self.current_turn
         return self.current_turn
 
