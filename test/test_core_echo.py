@@ -4,6 +4,8 @@ listener in ``echo_mode: aec`` with a scripted VAD and transcriber (push blocks,
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -148,6 +150,10 @@ def test_room_stream_equals_the_whole_signal_mix():
         (None, 1600, False, INTERRUPT),  # long, and nothing known of the words
         ("the lighthouse on the hill", 1600, True, ECHO),  # the robot's own words
         ("Stop, the lighthouse", 900, False, INTERRUPT),  # a stop word the robot did not say
+        # echo misheard past the order test: its words are the robot's, bar two
+        ("so far the hill", 700, False, UNDECIDED),
+        ("so far the hill", 700, True, BACKCHANNEL),
+        ("Show me the castle please", 900, False, INTERRUPT),  # show, castle, please: its own
     ],
 )
 def test_judge(text, voiced_ms, final, verdict):
@@ -208,8 +214,10 @@ class PassThrough:
         return mic
 
 
-def aec_listener(text: str, speech_windows: int, **settings) -> tuple[Listener, Words]:
-    probs = [0.0] * 4 + [0.95] * speech_windows + [0.0] * 60
+def aec_listener(
+    text: str, speech_windows: int, lead: int = 4, **settings
+) -> tuple[Listener, Words]:
+    probs = [0.0] * lead + [0.95] * speech_windows + [0.0] * 60
     words = Words(text)
     vad = VadSegmenter(VadConfig(min_silence_ms=500, min_speech_ms=64), model=ScriptedProbs(probs))
     s = ListenerSettings(echo_mode="aec", aec_min_ms=64, aec_threshold=0.6, **settings)
@@ -270,6 +278,83 @@ def test_a_barge_in_decided_after_the_robot_finished_stops_nothing():
     finals = [e for e in events if isinstance(e, TranscriptEvent) and e.is_final]
     assert [f.text for f in finals] == ["Show us the red cup"]
     assert listener.barge_in_verdicts["interrupt"] == 1
+
+
+class QuickWords(Words):
+    """Quick transcripts (``final=False``) hear ``quick`` (None: no words, as when whisper has
+    not caught up); the final hears ``text``."""
+
+    def __init__(self, text: str, quick: str | None) -> None:
+        super().__init__(text)
+        self.quick = quick
+
+    def transcribe(self, audio, final=True):
+        result = super().transcribe(audio, final)
+        if final:
+            return result
+        return None if self.quick is None else dataclasses.replace(result, text=self.quick)
+
+
+def long_voice(quick: str | None) -> list:
+    """2 s of voice over the robot (longer than interrupt_after_ms), the final hearing the
+    robot's own line; quick transcripts hearing ``quick``."""
+    listener, _ = aec_listener("the lighthouse on the hill", 62)
+    listener._transcriber = QuickWords("the lighthouse on the hill", quick)
+    return run(listener, 130)
+
+
+def test_the_voices_length_alone_interrupts_only_once_words_were_heard():
+    """Until a quick transcript has heard words, a long voice may be residual echo that
+    whisper (busy on 2 cores) has not caught up with: it stops nothing by its length. Words
+    that are neither the robot's nor backchannels make the length count."""
+
+    def barge_ins(quick: str | None) -> int:
+        return sum(isinstance(e, VoiceActivityEvent) and e.barge_in for e in long_voice(quick))
+
+    assert barge_ins(None) == 0
+    assert barge_ins("hmm the cup") == 1
+
+
+def test_a_final_heard_as_the_robots_words_is_echo_though_a_quick_one_interrupted():
+    """A quick transcript misheard the echo as other words ("why the peep all of"): judged an
+    interruption (the robot stops: that cannot be undone). The final hears the robot's own
+    line: dropped as echo, not sent to the LLM as the user's turn."""
+    listener, _ = aec_listener("the lighthouse on the hill", 20)
+    listener._transcriber = QuickWords("the lighthouse on the hill", "why the peep all of")
+    events = run(listener, 90)
+    assert sum(isinstance(e, VoiceActivityEvent) and e.barge_in for e in events) == 1
+    assert not any(isinstance(e, TranscriptEvent) and e.is_final for e in events)
+    assert [e.reason for e in events if isinstance(e, NoSpeech)] == ["echo"]
+    # a stop word of the user's in the final keeps it an interruption, and a turn
+    listener, _ = aec_listener("wait, the lighthouse on the hill", 20)
+    listener._transcriber = QuickWords("wait, the lighthouse on the hill", "why the peep all of")
+    finals = [e.text for e in run(listener, 90) if isinstance(e, TranscriptEvent) and e.is_final]
+    assert finals == ["wait, the lighthouse on the hill"]
+
+
+def test_the_robots_stop_applies_where_the_audio_reaches_its_stamp():
+    """tts/state says the robot stopped while the audio still being processed lags 1.3 s
+    behind: the voice in that audio (0.6 s on, past the echo tail) is the robot's, judged and
+    dropped as echo, not a user's turn. An unstamped stop applies at once: the same voice is
+    then the user's."""
+
+    def heard(stop_stamp: int | None) -> list:
+        listener, _ = aec_listener("the lighthouse on the hill", 20, lead=20)
+        loud = np.full(WINDOW, 0.2, np.float32)
+        events = listener.push(loud, block_stamp(0))
+        if stop_stamp is None:
+            listener.robot_speaking(False)
+        else:
+            listener.robot_speaking(False, stop_stamp)
+        for k in range(1, 100):
+            events += listener.push(loud, block_stamp(k))
+        return events
+
+    events = heard(block_stamp(41))  # its last sample: after the voice
+    assert not any(isinstance(e, TranscriptEvent) for e in events)
+    assert [e.reason for e in events if isinstance(e, NoSpeech)] == ["echo"]
+    finals = [e.text for e in heard(None) if isinstance(e, TranscriptEvent) and e.is_final]
+    assert finals == ["the lighthouse on the hill"]
 
 
 def test_without_a_canceller_aec_judges_an_input_cancelled_elsewhere():

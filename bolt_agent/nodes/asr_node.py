@@ -284,7 +284,7 @@ class AsrNode(BoltLifecycleNode):
     def _on_tts(self, msg: TtsState) -> None:
         self._robot_speaking = msg.speaking
         if self._listener is not None:
-            self._listener.robot_speaking(msg.speaking)
+            self._listener.robot_speaking(msg.speaking, stamp_ns(msg.header.stamp))
 
     # --- processing (VAD thread) -------------------------------------------------------------
     def _work(self) -> None:

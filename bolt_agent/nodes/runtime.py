@@ -8,6 +8,7 @@ manager, while a launch file may set it false and drive the transitions.
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import sys
 import threading
@@ -104,11 +105,35 @@ def _set_handlers(handler: Any) -> None:
             _saved_handlers.setdefault(sig, previous)
 
 
+class _RosLogHandler(logging.Handler):
+    """The core's Python log records (``bolt_agent.*``, INFO and up) on the ROS logger of the
+    same name: the core never imports rclpy, and its reasons (a verdict, a dropped job) belong
+    in the node's log, `/rosout` and `ros2 launch`'s output, not only in stderr's last resort."""
+
+    _LEVELS = ((logging.ERROR, "error"), (logging.WARNING, "warning"), (logging.INFO, "info"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            method = next((m for level, m in self._LEVELS if record.levelno >= level), "debug")
+            getattr(get_logger(record.name), method)(self.format(record))
+        except Exception:
+            self.handleError(record)
+
+
+def bridge_python_logging() -> None:
+    """Send ``bolt_agent.*`` Python log records to ROS logging (once per process)."""
+    root = logging.getLogger("bolt_agent")
+    if not any(isinstance(h, _RosLogHandler) for h in root.handlers):
+        root.addHandler(_RosLogHandler())
+        root.setLevel(logging.INFO)
+
+
 def init(args: Sequence[str] | None = None, interrupt: bool = True) -> None:
     """``rclpy.init`` without rclpy's signal handlers; SIGINT/SIGTERM (main thread) request a
     stop (``stop_requested()``) and, with ``interrupt``, raise KeyboardInterrupt. ``shutdown()``
-    undoes it."""
+    undoes it. The core's Python logging goes to ROS logging from here on."""
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    bridge_python_logging()
     _stop_requested.clear()
     _set_handlers(_interrupt if interrupt else _request_stop)
 

@@ -9,7 +9,10 @@ longer voice, the final transcript) until the answer is no longer ``UNDECIDED``:
 * only backchannel words ("yeah", "uh-huh", "mm-hm", "okay", "right", "I see", ...) and the voice
   shorter than ``interrupt_after_ms``: ``BACKCHANNEL`` when the utterance is over, ``UNDECIDED``
   before (the next word may be "wait");
-* ``interrupt_words`` words or more that are not backchannels: ``INTERRUPT``;
+* ``interrupt_words`` words or more that are neither backchannels nor words the robot just
+  said: ``INTERRUPT``. Echo misheard past the order test ("so far the people" for "a long time
+  ago by the people") shares the robot's words; a request has words of its own ("tell me
+  about the red cup please": tell, me, about, please);
 * the voice has lasted ``interrupt_after_ms``: ``INTERRUPT`` whatever the words (nobody says
   "uh-huh" for a second; a quick transcript may also be late or wrong);
 * the utterance is over, short, without a stop word and with fewer than ``interrupt_words``
@@ -110,6 +113,12 @@ class BargeInJudge:
                 i += 1
         return rest
 
+    def new_words(self, text: str, robot_lines: RobotLines = ()) -> list[str]:
+        """The ``other_words`` of ``text`` that the robot did not just say (compared as echo
+        matching compares them): what counts towards ``interrupt_words``."""
+        said = {_key(w) for line in robot_lines for w in line}
+        return [w for w in self.other_words(text) if _key(w) not in said]
+
     def is_echo(self, text: str | None, robot_lines: RobotLines) -> bool:
         """``text`` (two words or more) follows one of ``robot_lines`` in order for
         ``echo_share`` of its words: the same word, or one with the same first four letters
@@ -150,8 +159,7 @@ class BargeInJudge:
             words = words_of(text)
             if any(w in self._stops for w in words):
                 return INTERRUPT
-            other = self.other_words(text)
-            if len(other) >= s.interrupt_words:
+            if len(self.new_words(text, robot_lines)) >= s.interrupt_words:
                 return INTERRUPT
         if voiced_ms >= s.interrupt_after_ms:
             return INTERRUPT

@@ -88,6 +88,8 @@ from bolt_agent.core.asr.vad_segmenter import (
 ECHO_MODES = ("off", "gate", "barge_in", "aec")
 ROBOT_LINES_KEPT = 3  # aec: the robot's latest lines, whose words in order are its echo
 _NS = 1_000_000_000
+#: a robot's stop stamped further ahead of the audio than this is on another clock: applied at once
+ROBOT_STOP_MAX_LEAD_S = 10
 log = logging.getLogger(__name__)
 
 
@@ -262,9 +264,10 @@ class _Judging:
     last_probe: int  # the stream offset of the latest quick transcript's audio
     robot_turn: int  # Listener._robot_turns when it began: the speech it may interrupt
     verdict: str = UNDECIDED
-    #: the latest words heard were the robot's own, or only backchannels: the voice's length
-    #: alone proves nothing then ("Oh, wow." with its pause lasts a second)
-    words_so_far_harmless: bool = False
+    #: no words heard yet, or the latest were the robot's own or only backchannels: the
+    #: voice's length alone proves nothing then ("Oh, wow." with its pause lasts a second; a
+    #: stretch of residual echo lasts as long as whisper, busy on 2 cores, takes to hear it)
+    words_so_far_harmless: bool = True
 
 
 @dataclass
@@ -336,6 +339,7 @@ class Listener:
         self._robot_said = False  # the latest robot_speaking (any thread)
         self._robot_turns = 0  # times it started speaking: a barge-in is for one of them
         self._robot_stopped = False  # it went from speaking to quiet since the last block
+        self._robot_quiet_ns: int | None = None  # the stop's stamp (audio from before it: speech)
         self._robot_lock = threading.Lock()
         self._quiet_from: int | None = None  # stream offset of the first block after the stop
         self.end_of_turn = EndOfTurn(self.settings.end_of_turn)
@@ -343,12 +347,18 @@ class Listener:
         self._hints_lock = threading.Lock()
 
     # --- inputs ----------------------------------------------------------------------------
-    def robot_speaking(self, speaking: bool) -> None:
-        """The robot started or stopped speaking (any thread): applied from the next pushed
-        block; the echo tail runs over ``echo_tail_ms`` of audio from there."""
+    def robot_speaking(self, speaking: bool, stamp_ns: int = 0) -> None:
+        """The robot started or stopped speaking (any thread). A start applies from the next
+        pushed block. A stop stamped ``stamp_ns`` (its last sample's time, on the audio's
+        clock) applies from the first block stamped at or after it: audio that lags behind
+        (whisper busy on 2 cores) still holds the robot's voice, and is judged as such. An
+        unstamped stop, or one more than ``ROBOT_STOP_MAX_LEAD_S`` ahead of the audio (another
+        clock), applies from the next block. The echo tail runs over ``echo_tail_ms`` of audio
+        from there."""
         with self._robot_lock:
             if self._robot_said and not speaking:
                 self._robot_stopped = True
+                self._robot_quiet_ns = stamp_ns or None
             if speaking and not self._robot_said:
                 self._robot_turns += 1
             self._robot_said = bool(speaking)
@@ -397,7 +407,7 @@ class Listener:
         chunk = clean_block(chunk)
         seg, s = self.vad, self.settings
         self._anchor = (seg.offset, stamp_ns)
-        self._apply_robot_state()
+        self._apply_robot_state(stamp_ns)
         vad_input = None
         if self.canceller is not None and s.echo_mode == "aec":
             if not reference_ready and self._robot_speaking:
@@ -562,7 +572,7 @@ class Listener:
             stop_words_only=self._cold(),
         )
         if verdict == INTERRUPT:
-            self._decide(judging, INTERRUPT)
+            self._decide(judging, INTERRUPT, f"{voiced_ms / 1000:.1f} s of voice")
             return
         probe = self.settings.barge_in_probe_ms * SAMPLE_RATE // 1000
         if probe > 0 and seg.offset - judging.last_probe >= probe and self._idle():
@@ -580,7 +590,7 @@ class Listener:
             )
             self._submit(job)
 
-    def _decide(self, judging: _Judging, verdict: str) -> None:
+    def _decide(self, judging: _Judging, verdict: str, why: str) -> None:
         """Settle ``judging`` (either thread; once); an interruption is announced as a barge-in
         (``speaking``, ``barge_in``, the onset's stamp)."""
         with self._judge_lock:
@@ -590,16 +600,22 @@ class Listener:
             self.barge_in_verdicts[verdict] += 1
         with self._robot_lock:  # the speech it was said over still going on?
             ongoing = self._robot_said and self._robot_turns == judging.robot_turn
+        late = "" if ongoing or verdict != INTERRUPT else " (the robot's speech is over)"
+        log.info(f"utterance {judging.utt_id} over the robot: {verdict}, from {why}{late}")
         if verdict == INTERRUPT and ongoing:
             # (decided after the robot finished, nothing is left to stop: a barge-in then
             # would stop the robot's next turn instead; the words still come as a turn)
             event = VoiceActivityEvent(judging.utt_id, True, True, judging.onset_ns)
             self._deliver_voice(event)
 
-    def _apply_robot_state(self) -> None:
+    def _apply_robot_state(self, stamp_ns: int) -> None:
         with self._robot_lock:
             speaking, stopped = self._robot_said, self._robot_stopped
-            self._robot_stopped = False
+            quiet_ns = self._robot_quiet_ns
+            lead_ns = (quiet_ns - stamp_ns) if stopped and quiet_ns is not None else 0
+            if 0 < lead_ns <= ROBOT_STOP_MAX_LEAD_S * _NS and self._robot_speaking:
+                return  # this block was recorded before the robot stopped: still its voice
+            self._robot_stopped, self._robot_quiet_ns = False, None
         if stopped:
             self._quiet_from = self.vad.offset
         self._robot_speaking = speaking
@@ -793,10 +809,15 @@ class Listener:
             lines = self.robot_lines()
             self._note_words(judging, text, lines)
             verdict = self.judge.judge(
-                text, job.voiced_ms, False, lines, stop_words_only=self._cold()
+                text,
+                job.voiced_ms,
+                False,
+                lines,
+                echo_so_far=judging.words_so_far_harmless,
+                stop_words_only=self._cold(),
             )
             if verdict == INTERRUPT:
-                self._decide(judging, INTERRUPT)
+                self._decide(judging, INTERRUPT, f"quick transcript {text!r}")
         elif job.kind == "partial":
             ok, result = self._transcribe(job, final=False, timing=timing)
             if result is not None:
@@ -823,20 +844,28 @@ class Listener:
         judging = job.judging
         if judging is None:
             return UNDECIDED
-        if judging.verdict not in (UNDECIDED, ECHO):
-            return judging.verdict  # (an interruption stays one, whatever the words say)
         text = result.text if result is not None else None
         lines = self.robot_lines()
+        if judging.verdict not in (UNDECIDED, ECHO):
+            # an interruption stays one, whatever the words say, except that a final heard as
+            # the robot's own words (no stop word of the user's) is dropped: the quick
+            # transcript that judged it had misheard the echo
+            if settle and judging.verdict == INTERRUPT and text is not None:
+                again = self.judge.judge(text, job.voiced_ms, True, lines)
+                if again == ECHO:
+                    log.info(f"utterance {job.utt_id}: judged an interruption, heard as echo")
+                    return ECHO
+            return judging.verdict
         verdict = self.judge.judge(text, job.voiced_ms, True, lines, stop_words_only=self._cold())
         self._note_words(judging, text, lines)
         if verdict == INTERRUPT or settle:
-            self._decide(judging, verdict)
+            self._decide(judging, verdict, f"{job.kind} transcript {text!r}")
         return verdict
 
     def _note_words(self, judging: _Judging, text: str | None, lines: RobotLines) -> None:
         if text is None:
             return
-        harmless = self.judge.is_echo(text, lines) or not self.judge.other_words(text)
+        harmless = self.judge.is_echo(text, lines) or not self.judge.new_words(text, lines)
         judging.words_so_far_harmless = harmless
 
     def _transcribe(self, job: _Job, final: bool, timing: _Timing) -> tuple[bool, Any]:
