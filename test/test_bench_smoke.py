@@ -100,6 +100,16 @@ def test_bench_quick(tmp_path):
     assert "skipped" not in robot, robot
     assert robot["steps_measured"] >= 3 and 0 < robot["latency_p50_s"] <= robot["latency_p90_s"] < 1
     assert 0 < robot["loop_cpu_share"] < 1 and robot["periods"] >= 0.8 * robot["periods_expected"]
+    # the end of turn across voices (--quick: Piper's joe and one espeak-ng voice, 3 requests
+    # and 3 paused sentences each)
+    voices = data["voices"]["per_voice"]
+    assert list(voices) == ["piper joe", "espeak en-us m"]
+    for v in voices.values():
+        assert v["utterances"] == 6 and v["paused"] == 3 and 0 <= v["paused_kept_whole"] <= 1
+        assert 0 < v["end_of_turn_p50_s"] < 5 and 0 <= v["wer"] <= 1 and v["false_endpoints"] >= 0
+    assert data["voices_wer_vs_raw_whisper"] is not None
+    assert "| voice | paused sentences kept whole |" in md
+    assert "paused sentences kept whole, across voices" in md  # its goal row
 
 
 def test_answer_path_runs_the_variants_interleaved_and_reports_ratios(tmp_path):

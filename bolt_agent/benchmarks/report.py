@@ -36,6 +36,12 @@ GOALS = (
 )
 #: shown when the run had the pipecat peer (not ``--no-peer``)
 PEER_GOALS = (("voice_to_voice_vs_peer", "voice-to-voice p50 ours ÷ pipecat", "<=", 0.4, ""),)
+#: shown when the run measured the end of turn across voices (``cli.bench.run_voices_part``)
+VOICES_GOALS = (
+    ("voices_paused_kept_whole", "paused sentences kept whole, across voices", ">=", 0.95, ""),
+    ("voices_end_of_turn_p50_s", "last voiced → final p50, median of voices", "<=", 0.40, "s"),
+    ("voices_wer_vs_raw_whisper", "WER across voices ÷ raw whisper's", "<=", 1.0, ""),
+)
 #: the turn-taking table: (label, keys shown " / "-joined; "" for none), ours and the peer's
 TURN_TAKING = (
     ("voice-to-voice p50 / p90 (s; turns not split)", "voice_to_voice_p50_s",
@@ -74,6 +80,7 @@ def goal_rows(result: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         GOALS
         + (PEER_GOALS if "peer" in result else ())
         + (SOAK_GOALS if "soak_turns" in result else ())
+        + (VOICES_GOALS if "voices" in result else ())
     )
     for key, label, op, target, unit in goals:
         v = result.get(key)
@@ -99,6 +106,8 @@ def markdown(result: dict[str, Any]) -> str:
         lines += ["", *turn_taking_lines(result)]
     if "soak_turns" in result:
         lines += ["", *soak_lines(result)]
+    if result.get("voices_table"):  # (rendered by voices_bench.table)
+        lines += ["", result["voices_table"]]
     return "\n".join(lines) + "\n"
 
 

@@ -202,6 +202,7 @@ def run_bench(args) -> int:
     robot = reachy_latency.run(seconds=5.0 if args.quick else 20.0)
     print(reachy_latency.table(robot))
     result["reachy_mini"] = robot
+    result.update(run_voices_part(args))
     spec = Path("speculative_bench.json")
     for cand in (spec, out.parent / "speculative_bench.json", Path("bench/speculative_bench.json")):
         if cand.exists():
@@ -254,6 +255,29 @@ def run_peer_part(args, result: dict[str, Any], work: Path, overrides: dict) -> 
     ours, theirs = result.get("voice_to_voice_p50_s"), peer.get("voice_to_voice_p50_s")
     result["voice_to_voice_vs_peer"] = ours / theirs if ours and theirs else None
     return bool(peer["turns_ok"])
+
+
+def run_voices_part(args) -> dict[str, Any]:
+    """The end of turn across voices (``benchmarks.voices_bench``: Piper's joe and espeak-ng
+    voices, asr_node's defaults, in silence): ``voices`` per voice, and the ``voices_*``
+    figures the goals are read from (``--quick``: 2 voices, 3 + 3 utterances)."""
+    from bolt_agent.benchmarks import voices_bench
+
+    print("end of turn across voices (Piper's joe and espeak-ng voices)…")
+    voices = voices_bench.run(quick=args.quick, log=lambda m: print(m, flush=True))
+    table = voices_bench.table(voices)
+    print(table)
+    per_voice = voices["per_voice"].values()
+    raw = voices["wer_raw_whisper"]
+    return {
+        "voices": voices,
+        "voices_table": table,
+        "voices_paused_kept_whole": voices["paused_kept_whole"],
+        "voices_end_of_turn_p50_s": voices["end_of_turn_p50_s_median_of_voices"],
+        "voices_false_endpoints": sum(v["false_endpoints"] for v in per_voice),
+        "voices_wer": voices["wer"],
+        "voices_wer_vs_raw_whisper": voices["wer"] / raw if raw else None,
+    }
 
 
 def run_soak_part(args, result: dict[str, Any], work: Path, overrides: dict, host: dict) -> bool:
