@@ -154,6 +154,7 @@ def test_room_stream_equals_the_whole_signal_mix():
         ("so far the hill", 700, False, UNDECIDED),
         ("so far the hill", 700, True, BACKCHANNEL),
         ("Show me the castle please", 900, False, INTERRUPT),  # show, castle, please: its own
+        ("Can I ask something?", 1000, False, INTERRUPT),  # short words the robot says too
     ],
 )
 def test_judge(text, voiced_ms, final, verdict):

@@ -9,10 +9,10 @@ longer voice, the final transcript) until the answer is no longer ``UNDECIDED``:
 * only backchannel words ("yeah", "uh-huh", "mm-hm", "okay", "right", "I see", ...) and the voice
   shorter than ``interrupt_after_ms``: ``BACKCHANNEL`` when the utterance is over, ``UNDECIDED``
   before (the next word may be "wait");
-* ``interrupt_words`` words or more that are neither backchannels nor words the robot just
-  said: ``INTERRUPT``. Echo misheard past the order test ("so far the people" for "a long time
-  ago by the people") shares the robot's words; a request has words of its own ("tell me
-  about the red cup please": tell, me, about, please);
+* ``interrupt_words`` words or more that are not backchannels: ``INTERRUPT``. Two or more
+  that follow one of the robot's lines in its order do not count: echo misheard past the
+  echo test ("so far the people" for "a long time ago by the people") keeps a few of the
+  robot's words in order; a request has words of its own;
 * the voice has lasted ``interrupt_after_ms``: ``INTERRUPT`` whatever the words (nobody says
   "uh-huh" for a second; a quick transcript may also be late or wrong);
 * the utterance is over, short, without a stop word and with fewer than ``interrupt_words``
@@ -71,6 +71,30 @@ def _in_order(words: list[str], line: list[str]) -> int:
     return prev[-1]
 
 
+def _matched(words: list[str], line: list[str]) -> set[int]:
+    """The indexes of ``words`` in one longest common subsequence with ``line``."""
+    n, m = len(words), len(line)
+    table = [[0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n - 1, -1, -1):
+        for j in range(m - 1, -1, -1):
+            table[i][j] = (
+                table[i + 1][j + 1] + 1
+                if words[i] == line[j]
+                else max(table[i + 1][j], table[i][j + 1])
+            )
+    i = j = 0
+    matched: set[int] = set()
+    while i < n and j < m:
+        if words[i] == line[j]:
+            matched.add(i)
+            i, j = i + 1, j + 1
+        elif table[i + 1][j] >= table[i][j + 1]:
+            i += 1
+        else:
+            j += 1
+    return matched
+
+
 def words_of(text: str) -> list[str]:
     """Lower-case words, hyphenated ones kept whole ("uh-huh")."""
     return _WORD.findall(text.lower())
@@ -114,10 +138,18 @@ class BargeInJudge:
         return rest
 
     def new_words(self, text: str, robot_lines: RobotLines = ()) -> list[str]:
-        """The ``other_words`` of ``text`` that the robot did not just say (compared as echo
-        matching compares them): what counts towards ``interrupt_words``."""
-        said = {_key(w) for line in robot_lines for w in line}
-        return [w for w in self.other_words(text) if _key(w) not in said]
+        """The ``other_words`` of ``text`` less those that follow one of ``robot_lines`` in
+        its order, when two or more do (echo misheard in part: "so far the people" for "by
+        the people"): what counts towards ``interrupt_words``. A lone shared word ("can",
+        "I") is no echo: the robot's lines hold most of the short words a request has."""
+        words = self.other_words(text)
+        keys = [_key(w) for w in words]
+        best: set[int] = set()
+        for line in robot_lines:
+            matched = _matched(keys, [_key(w) for w in line])
+            if len(matched) > len(best):
+                best = matched
+        return [w for i, w in enumerate(words) if len(best) < 2 or i not in best]
 
     def is_echo(self, text: str | None, robot_lines: RobotLines) -> bool:
         """``text`` (two words or more) follows one of ``robot_lines`` in order for
