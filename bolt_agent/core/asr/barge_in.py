@@ -12,7 +12,9 @@ longer voice, the final transcript) until the answer is no longer ``UNDECIDED``:
 * ``interrupt_words`` words or more that are not backchannels: ``INTERRUPT``. Two or more
   that follow one of the robot's lines in its order do not count: echo misheard past the
   echo test ("so far the people" for "a long time ago by the people") keeps a few of the
-  robot's words in order; a request has words of its own;
+  robot's words in order; a request has words of its own. A transcript with more words than
+  the voice could hold (``min_word_ms``, 120 ms each: 8 words a second) heard them in noise:
+  its words do not count (its stop words do);
 * the voice has lasted ``interrupt_after_ms``: ``INTERRUPT`` whatever the words (nobody says
   "uh-huh" for a second; a quick transcript may also be late or wrong);
 * the utterance is over, short, without a stop word and with fewer than ``interrupt_words``
@@ -107,6 +109,9 @@ class BargeInSettings:
     interrupt_after_ms: int = 1500  # a voice this long over the robot is an interruption
     interrupt_words: int = 3  # this many non-backchannel words are an interruption
     echo_share: float = 0.6  # this share of the words (or more) in the robot's order: its echo
+    #: no voice says a word in less: words beyond what the voice's length holds were heard in
+    #: noise (whisper made "a few days." of the start of "Yeah, I see.")
+    min_word_ms: int = 120
 
     def __post_init__(self) -> None:
         if self.interrupt_after_ms <= 0:
@@ -191,7 +196,8 @@ class BargeInJudge:
             words = words_of(text)
             if any(w in self._stops for w in words):
                 return INTERRUPT
-            if len(self.new_words(text, robot_lines)) >= s.interrupt_words:
+            heard_in_noise = len(words) * s.min_word_ms > voiced_ms
+            if not heard_in_noise and len(self.new_words(text, robot_lines)) >= s.interrupt_words:
                 return INTERRUPT
         if voiced_ms >= s.interrupt_after_ms:
             return INTERRUPT
