@@ -159,6 +159,10 @@ def test_room_stream_equals_the_whole_signal_mix():
         ("a few days.", 300, False, UNDECIDED),
         ("a few days.", 300, True, BACKCHANNEL),
         ("M. H. N. Wright.", 450, True, BACKCHANNEL),
+        # only backchannels, the voice long (a pause, the canceller's residue around them)
+        ("Yeah, I see.", 2200, True, BACKCHANNEL),
+        ("Yeah, I see", 2200, False, UNDECIDED),
+        ("Yeah, I see the castle", 2200, False, INTERRUPT),  # a word of its own, and long
     ],
 )
 def test_judge(text, voiced_ms, final, verdict):

@@ -262,6 +262,14 @@ class AsrParams:
     aec_min_ms: int = param(
         150, "speech in ms needed while the robot speaks (aec)", low=0, high=60000
     )
+    aec_residual_db: float = param(
+        -40.0,
+        "aec, while the robot speaks: cancelled audio quieter than this (dBFS, 32 ms windows) "
+        "is the canceller's residue, silence to the VAD; with aec_canceller external it is "
+        "the only test, so set it between the residue and the user's voice at your mic gain",
+        low=-120.0,
+        high=0.0,
+    )
     barge_in_probe_ms: int = param(
         250,
         "aec: how often in ms of the user's voice a quick transcript checks whether it "
@@ -358,6 +366,7 @@ class AsrParams:
             barge_in_min_ms=self.barge_in_min_ms,
             aec_threshold=self.aec_threshold,
             aec_min_ms=self.aec_min_ms,
+            aec_residual_db=self.aec_residual_db,
             barge_in_probe_ms=self.barge_in_probe_ms,
             judge=BargeInSettings(
                 backchannels=self.backchannel_words,

@@ -41,8 +41,10 @@ class PulseServer:
         sinks: Sequence[str] = SINKS,
         extra_modules: Sequence[str] = (),
         ready_sink: str | None = None,
+        daemon_args: Sequence[str] = (),
     ) -> PulseServer:
-        """Null sinks (48 kHz mono) plus any extra `--load=` module lines, then wait until up."""
+        """Null sinks (48 kHz mono) plus any extra `--load=` module lines, then wait until up;
+        ``daemon_args``: more of pulseaudio's own options."""
         if shutil.which("pulseaudio") is None:
             raise RuntimeError("pulseaudio is not installed (Debian package 'pulseaudio')")
         runtime = root / "pulse-runtime"
@@ -55,7 +57,7 @@ class PulseServer:
             "PULSE_SERVER": f"unix:{runtime / 'pulse' / 'native'}",
         }
         args = [
-            "pulseaudio", "-D", "-n", "--exit-idle-time=-1", "--use-pid-file=yes",
+            "pulseaudio", "-D", "-n", "--exit-idle-time=-1", "--use-pid-file=yes", *daemon_args,
             "--load=module-native-protocol-unix auth-anonymous=1",
             *[f"--load=module-null-sink sink_name={s} rate=48000 channels=1" for s in sinks],
             *[f"--load={m}" for m in extra_modules],

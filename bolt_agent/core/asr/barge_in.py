@@ -6,17 +6,20 @@ longer voice, the final transcript) until the answer is no longer ``UNDECIDED``:
 
 * a stop word ("wait", "stop", "no", ...) that the robot did not just say: ``INTERRUPT`` at
   once;
-* only backchannel words ("yeah", "uh-huh", "mm-hm", "okay", "right", "I see", ...) and the voice
-  shorter than ``interrupt_after_ms``: ``BACKCHANNEL`` when the utterance is over, ``UNDECIDED``
-  before (the next word may be "wait");
+* only backchannel words ("yeah", "uh-huh", "mm-hm", "okay", "right", "I see", ...):
+  ``BACKCHANNEL`` when the utterance is over, ``UNDECIDED`` before (the next word may be
+  "wait"), however long the voice: a transcript of all of it holds no request, and what made
+  it long is a pause or the canceller's residue around the words (measured through PulseAudio's
+  WebRTC canceller, ``test_echo_devices``);
 * ``interrupt_words`` words or more that are not backchannels: ``INTERRUPT``. Two or more
   that follow one of the robot's lines in its order do not count: echo misheard past the
   echo test ("so far the people" for "a long time ago by the people") keeps a few of the
   robot's words in order; a request has words of its own. A transcript with more words than
   the voice could hold (``min_word_ms``, 120 ms each: 8 words a second) heard them in noise:
   its words do not count (its stop words do);
-* the voice has lasted ``interrupt_after_ms``: ``INTERRUPT`` whatever the words (nobody says
-  "uh-huh" for a second; a quick transcript may also be late or wrong);
+* the voice has lasted ``interrupt_after_ms``: ``INTERRUPT`` whatever other words were heard
+  (nobody says "uh-huh" for a second and a half; a quick transcript may also be late or
+  wrong);
 * the utterance is over, short, without a stop word and with fewer than ``interrupt_words``
   other words: ``BACKCHANNEL`` too. Whisper hears an espeak "yeah" as "fear" or "here", and a
   lone word over the robot ("fine", "blue") is a remark, not a request to stop (LiveKit's
@@ -197,8 +200,13 @@ class BargeInJudge:
             if any(w in self._stops for w in words):
                 return INTERRUPT
             heard_in_noise = len(words) * s.min_word_ms > voiced_ms
-            if not heard_in_noise and len(self.new_words(text, robot_lines)) >= s.interrupt_words:
+            new = self.new_words(text, robot_lines)
+            if not heard_in_noise and len(new) >= s.interrupt_words:
                 return INTERRUPT
+            if words and not new:
+                # only backchannels (and echo): the voice's length is "yeah... I see" with the
+                # canceller's residue around it, not a request; new words would have shown
+                return BACKCHANNEL if final else UNDECIDED
         if voiced_ms >= s.interrupt_after_ms:
             return INTERRUPT
         if final:  # short, no stop word, few other words (or nothing understood)

@@ -129,21 +129,23 @@ class ListenerSettings:
 
 
 def residual_gate(
-    cleaned: np.ndarray, mic: np.ndarray, floor_db: float, ratio_db: float
+    cleaned: np.ndarray, mic: np.ndarray | None, floor_db: float, ratio_db: float
 ) -> np.ndarray:
     """``cleaned`` with each VAD window zeroed where it is the canceller's residue: quieter
     than ``floor_db`` (dB full scale), or ``ratio_db`` or more below the microphone's window
     (the canceller explained that much of it by the robot's voice; the user's voice over the
     robot keeps the two within a few dB). What is left of the robot's voice is quiet but still
-    speech-shaped, and Silero judges speech almost regardless of level."""
+    speech-shaped, and Silero judges speech almost regardless of level. ``mic`` None: the
+    input came cancelled (an external canceller), and only the floor applies."""
     out = cleaned.copy()
     floor = 10.0 ** (floor_db / 10.0)  # (powers)
     ratio = 10.0 ** (ratio_db / 10.0)
     for i in range(0, len(out), WINDOW):
-        w, m = out[i : i + WINDOW], mic[i : i + WINDOW]
+        w = out[i : i + WINDOW]
         if not len(w):
             continue
-        power, mic_power = float(np.mean(w * w)), float(np.mean(m * m))
+        power = float(np.mean(w * w))
+        mic_power = 0.0 if mic is None else float(np.mean(np.square(mic[i : i + WINDOW])))
         if power < floor or power < ratio * mic_power:
             w[:] = 0.0
     return out
@@ -409,7 +411,11 @@ class Listener:
         self._anchor = (seg.offset, stamp_ns)
         self._apply_robot_state(stamp_ns)
         vad_input = None
-        if self.canceller is not None and s.echo_mode == "aec":
+        if s.echo_mode == "aec" and self.canceller is None and self._robot_speaking:
+            # cancelled elsewhere (PulseAudio's WebRTC canceller measured 20-45 dB here): its
+            # residue is speech-shaped too, and only its level tells it from the user
+            vad_input = residual_gate(chunk, None, s.aec_residual_db, s.aec_residual_ratio_db)
+        elif self.canceller is not None and s.echo_mode == "aec":
             if not reference_ready and self._robot_speaking:
                 vad_input = np.zeros_like(chunk)  # deaf for this block, rather than fooled
             else:
@@ -859,7 +865,8 @@ class Listener:
         verdict = self.judge.judge(text, job.voiced_ms, True, lines, stop_words_only=self._cold())
         self._note_words(judging, text, lines)
         if verdict == INTERRUPT or settle:
-            self._decide(judging, verdict, f"{job.kind} transcript {text!r}")
+            why = f"{job.kind} transcript {text!r} over {job.voiced_ms / 1000:.1f} s of voice"
+            self._decide(judging, verdict, why)
         return verdict
 
     def _note_words(self, judging: _Judging, text: str | None, lines: RobotLines) -> None:
