@@ -200,3 +200,66 @@ def test_a_line_said_in_an_earlier_turn_is_not_said_again(reachy):
     assert said == ["Hello friend.", "Good day."]
     assert result.resampled == 1 and result.rejected == ["Hello friend.", "Hello friend."]
     assert runner.dialogue.turns[-1].steps[0].content == "Good day."
+
+
+def test_an_open_argument_is_chosen_by_scores_and_the_default_needs_no_lead(reachy):
+    speed = reachy.selection.arguments[0]
+    assert speed.name == "speed" and speed.values[0][0] == "normal"
+
+    (normal,), (fast_says,) = speed.values[0][1], dict(speed.values)["fast"]
+
+    def scorer(fast: float):
+        def scores(prefixes, text):
+            return [
+                -5.0 if "nod yes" in p else fast if fast_says in p
+                else -8.0 if normal in p else -20.0
+                for p in prefixes
+            ]  # fmt: skip
+
+        return scores
+
+    # "fast" explains the request by more than the margin: pinned in the call
+    chosen = ToolSelector(reachy.selection, scorer(-8.0 + speed.margin + 0.5)).select("Nod quick")
+    assert chosen.option.arguments == {"animation_name": "happy_nod"}  # (examples match on it)
+    assert chosen.arguments == {"speed": "fast"}
+    assert chosen.call.label == "trigger_reachy_animation(animation_name=happy_nod,speed=fast)"
+    pinned = pinned_registry(reachy.registry, chosen.call)
+    assert pinned.validate("trigger_reachy_animation", {"animation_name": "happy_nod"})
+    # by less: the default, which leaves the argument to the grammar
+    chosen = ToolSelector(reachy.selection, scorer(-8.0 + speed.margin - 0.5)).select("Nod")
+    assert chosen.arguments == {} and chosen.call == chosen.option
+    # ... unless the default is pinned too (a tool that must be told: a shop's category)
+    import dataclasses
+
+    pinning = dataclasses.replace(
+        reachy.selection, arguments=(dataclasses.replace(speed, pin_default=True),)
+    )
+    chosen = ToolSelector(pinning, scorer(-8.0 + speed.margin - 0.5)).select("Nod")
+    assert chosen.arguments == {"speed": "normal"}
+    # no tool chosen: no argument either
+    none = ToolSelector(reachy.selection, lambda p, t: [-10.0] * len(p)).select("Nice day.")
+    assert none.option.tool == "" and none.arguments == {}
+
+
+@pytest.mark.parametrize(
+    "arguments, words",
+    [
+        ({"speed": {"values": {"normal": "Fine."}}}, "two values"),
+        ({"speed": {"values": {"normal": "Fine.", "warp": "Zoom."}}}, "bad"),
+        ({"colour": {"values": {"red": "Red.", "blue": "Blue."}}}, "no option's tool"),
+        ({"speed": {"values": {"normal": "Fine.", "fast": ""}}}, "no 'says'"),
+    ],
+)
+def test_a_bad_argument_block_is_a_clear_error(reachy, arguments, words):
+    block = {
+        "options": [
+            {
+                "tool": "trigger_reachy_animation",
+                "arguments": {"animation_name": "happy_nod"},
+                "says": "A nod.",
+            }
+        ],
+        "arguments": arguments,
+    }
+    with pytest.raises(SelectionConfigError, match=words):
+        SelectionSpec.from_config(block, reachy.registry)

@@ -10,8 +10,11 @@ and no calibration against each other, and a label the model likes in general ga
 "No tool" has several descriptions (thanks, a greeting, a question about the character); an
 option scores its best description.
 
-Arguments the option leaves open (a shop item, a price) are still decoded under the grammar,
-narrowed to the chosen tool with the pinned values (``pinned_registry``).
+An open argument with a known set of values (``arguments:``, an animation's ``speed``) is
+chosen the same way, in the same batch: each value is described by what the character says
+when doing it so, its first value is the default, and another value wins only by
+``margin``. Arguments left open otherwise (a shop item, a price) are still decoded under the
+grammar, narrowed to the chosen tool with the pinned values (``pinned_registry``).
 
 Pure and rclpy-free: the scores come from ``TextEngine.channel_scores``.
 """
@@ -57,11 +60,41 @@ class Option:
 
 
 @dataclass(frozen=True)
+class ArgumentChoice:
+    """An enum argument chosen by scores where an option leaves it open: each value with what
+    the character says when doing it so; ``values[0]`` is the default."""
+
+    name: str
+    values: tuple[tuple[str, tuple[str, ...]], ...]
+    #: how much better (log-probability) a value must explain the request than the default
+    margin: float = 0.0
+    tools: frozenset[str] = frozenset()  # the options' tools that take it
+    #: the default pinned too (the tool needs the value said); false: left to the grammar
+    pin_default: bool = False
+
+    def label(self, value: Any) -> str:
+        return f"{self.name}={value}"
+
+    def open_in(self, option: Option) -> bool:
+        return option.tool in self.tools and self.name not in option.arguments
+
+
+@dataclass(frozen=True)
 class Selection:
     option: Option
-    scores: dict[str, float]  # each option's best description's score, by label
+    scores: dict[str, float]  # each option's (and argument value's) best description, by label
     margin: float  # the winner's lead over the runner-up (log-probability)
     seconds: float  # scoring time (0 when cached)
+    arguments: dict[str, Any] = field(default_factory=dict)  # open ones chosen by scores
+
+    @property
+    def call(self) -> Option:
+        """The option with the arguments chosen by scores pinned too: what the grammar
+        admits (``option`` alone is what the examples are matched on)."""
+        if not self.arguments:
+            return self.option
+        pinned = {**self.option.arguments, **self.arguments}
+        return dataclasses.replace(self.option, arguments=pinned)
 
 
 class SelectionConfigError(ValueError):
@@ -81,6 +114,8 @@ class SelectionSpec:
     #: decide tool or no tool, and the grammar's decoding picks the call (where the examples
     #: teach the tools apart better than descriptions do: buying and selling use the same words)
     pin: bool = True
+    #: open enum arguments chosen by scores for the options that leave them open
+    arguments: tuple[ArgumentChoice, ...] = ()
 
     @classmethod
     def from_config(cls, data: dict[str, Any] | None, registry: ToolRegistry) -> SelectionSpec:
@@ -114,7 +149,41 @@ class SelectionSpec:
             template,
             float(data.get("tool_margin", 0.0)),
             bool(data.get("pin", True)),
+            _argument_choices(data.get("arguments") or {}, options, registry),
         )
+
+
+def _argument_choices(
+    data: dict[str, Any], options: list[Option], registry: ToolRegistry
+) -> tuple[ArgumentChoice, ...]:
+    """``arguments:`` ``{name: {margin: M, pin_default: B, values: {value: [says, ...],
+    ...}}}``, checked against the enum of every option's tool that takes the argument."""
+    out = []
+    for name, entry in data.items():
+        entry = entry or {}
+        values = []
+        for value, says in (entry.get("values") or {}).items():
+            says = (says,) if isinstance(says, str) else tuple(str(x).strip() for x in says or [])
+            if not says or not all(says):
+                raise SelectionConfigError(f"selection argument {name}={value}: no 'says'")
+            values.append((value, says))
+        if len(values) < 2:
+            raise SelectionConfigError(f"selection argument {name}: needs two values or more")
+        tools = set()
+        for tool in {o.tool for o in options if o.tool}:
+            prop = registry.get(tool).parameters.get("properties", {}).get(name)
+            if prop is None:
+                continue
+            bad = [v for v, _ in values if "enum" in prop and v not in prop["enum"]]
+            if bad:
+                raise SelectionConfigError(f"selection argument {name} of {tool}: bad {bad}")
+            tools.add(tool)
+        if not tools:
+            raise SelectionConfigError(f"selection argument {name}: no option's tool takes it")
+        margin = float(entry.get("margin", 0.0))
+        pin_default = bool(entry.get("pin_default", False))
+        out.append(ArgumentChoice(str(name), tuple(values), margin, frozenset(tools), pin_default))
+    return tuple(out)
 
 
 class ToolSelector:
@@ -126,7 +195,12 @@ class ToolSelector:
         self._scorer = scorer
         self._cache: OrderedDict[str, tuple[dict[str, float], float]] = OrderedDict()
         self._cache_size = cache_size
-        self._flat = [(o, s) for o in spec.options for s in o.says]
+        # every description, labelled: the options', then the argument values' (one batch)
+        self._flat = [(o.label, s) for o in spec.options for s in o.says]
+        self._flat += [
+            (arg.label(value), s) for arg in spec.arguments for value, says in arg.values
+            for s in says
+        ]  # fmt: skip
         self.prefixes = [spec.template.format(says=s) for _, s in self._flat]
 
     def select(self, text: str, allow_none: bool = True, only: str = "") -> Selection | None:
@@ -153,7 +227,24 @@ class ToolSelector:
         if not ranked:
             return None
         margin = ranked[0][0] - ranked[1][0] if len(ranked) > 1 else float("inf")
-        return Selection(ranked[0][1], scores, margin, seconds)
+        option = ranked[0][1]
+        chosen = {}
+        for arg in self.spec.arguments:
+            if arg.open_in(option):
+                value = self._argument(arg, scores)
+                if arg.pin_default or value != arg.values[0][0]:
+                    chosen[arg.name] = value
+        return Selection(option, scores, margin, seconds, chosen)
+
+    @staticmethod
+    def _argument(arg: ArgumentChoice, scores: dict[str, float]) -> Any:
+        """The default value unless another explains the request by ``arg.margin`` more."""
+        default = arg.values[0][0]
+        best, top = default, scores[arg.label(default)] + arg.margin
+        for value, _ in arg.values[1:]:
+            if scores[arg.label(value)] > top:
+                best, top = value, scores[arg.label(value)]
+        return best
 
     def _scores(self, words: str) -> tuple[dict[str, float] | None, float]:
         hit = self._cache.get(words)
@@ -165,8 +256,7 @@ class ToolSelector:
         if raw is None:
             return None, 0.0
         best: dict[str, float] = {}
-        for (option, _), value in zip(self._flat, raw):
-            label = option.label
+        for (label, _), value in zip(self._flat, raw):
             best[label] = max(best.get(label, float("-inf")), value)
         seconds = time.monotonic() - t0
         self._cache[words] = (best, seconds)

@@ -324,6 +324,7 @@ class TurnRunner:
             result = TurnResult(turn_id=request.turn_id)
             selection = self._select(request, result)
             option = selection.option if selection else None
+            call = selection.call if selection else None
             if option is not None and option.tool and not self.selector.spec.pin:
                 option = _ANY_TOOL  # the scores said "a tool"; the grammar picks which
             turn = self.dialogue.begin_turn(
@@ -341,7 +342,7 @@ class TurnRunner:
                     choice = "required"
                 elif step_index == 0 and option is not None:  # the selection decides the call
                     choice = option.tool or "none"
-                    registry = pinned_registry(self.registry, option) if option.tool else registry
+                    registry = pinned_registry(self.registry, call) if option.tool else registry
                 state = StepState(request.turn_id, sink, result, seq, user_text=request.user_text)
                 self._run_step(request, choice, state, generation, registry)
                 seq, step = state.seq, state.step
@@ -378,11 +379,11 @@ class TurnRunner:
             result.errors.append(f"tool selection failed: {exc}")
             return None
         if selection is not None:
-            result.selection, result.selection_s = selection.option.label, selection.seconds
+            result.selection, result.selection_s = selection.call.label, selection.seconds
             log.debug(
                 "turn %s: selected %s (lead %.2f, %.0f ms)",
                 request.turn_id,
-                selection.option.label,
+                selection.call.label,
                 selection.margin,
                 selection.seconds * 1000,
             )
