@@ -159,6 +159,10 @@ def test_room_stream_equals_the_whole_signal_mix():
         ("a few days.", 300, False, UNDECIDED),
         ("a few days.", 300, True, BACKCHANNEL),
         ("M. H. N. Wright.", 450, True, BACKCHANNEL),
+        # a stop word heard in noise: whisper's "I'm sorry." of a burst of residual echo
+        ("I'm sorry.", 200, False, UNDECIDED),
+        ("I'm sorry.", 200, True, BACKCHANNEL),
+        ("Sorry, wait.", 400, False, INTERRUPT),  # the same words over a voice that holds them
         # only backchannels, the voice long (a pause, the canceller's residue around them)
         ("Yeah, I see.", 2200, True, BACKCHANNEL),
         ("Yeah, I see", 2200, False, UNDECIDED),
@@ -315,13 +319,16 @@ def long_voice(quick: str | None) -> list:
 def test_the_voices_length_alone_interrupts_only_once_words_were_heard():
     """Until a quick transcript has heard words, a long voice may be residual echo that
     whisper (busy on 2 cores) has not caught up with: it stops nothing by its length. Words
-    that are neither the robot's nor backchannels make the length count."""
+    that are neither the robot's nor backchannels, and that the voice could hold, make the
+    length count."""
 
     def barge_ins(quick: str | None) -> int:
         return sum(isinstance(e, VoiceActivityEvent) and e.barge_in for e in long_voice(quick))
 
     assert barge_ins(None) == 0
     assert barge_ins("hmm the cup") == 1
+    # words the voice could not hold (whisper's on residual echo) are no words heard either
+    assert barge_ins(" ".join(["cup"] * 20)) == 0
 
 
 def test_a_final_heard_as_the_robots_words_is_echo_though_a_quick_one_interrupted():

@@ -16,7 +16,9 @@ longer voice, the final transcript) until the answer is no longer ``UNDECIDED``:
   echo test ("so far the people" for "a long time ago by the people") keeps a few of the
   robot's words in order; a request has words of its own. A transcript with more words than
   the voice could hold (``min_word_ms``, 120 ms each: 8 words a second) heard them in noise:
-  its words do not count (its stop words do);
+  none of its words counts, stop words included (whisper makes "I'm sorry." of 0.2 s of
+  residual echo; a real "wait" fits in its voice), nor does the voice's length (it is the
+  noise's): ``BACKCHANNEL`` when over, ``UNDECIDED`` before;
 * the voice has lasted ``interrupt_after_ms``: ``INTERRUPT`` whatever other words were heard
   (nobody says "uh-huh" for a second and a half; a quick transcript may also be late or
   wrong);
@@ -169,6 +171,11 @@ class BargeInJudge:
         best = max((_in_order(words, [_key(w) for w in line]) for line in robot_lines), default=0)
         return best / len(words) >= self.settings.echo_share
 
+    def heard_in_noise(self, text: str | None, voiced_ms: float) -> bool:
+        """More words than the voice could hold: whisper heard them in noise or residual echo
+        ("I'm sorry." of 0.2 s of it), and none of them counts, not even a stop word."""
+        return len(words_of(text or "")) * self.settings.min_word_ms > voiced_ms
+
     def judge(
         self,
         text: str | None,
@@ -187,7 +194,9 @@ class BargeInJudge:
         through may be the robot misheard; only a stop word interrupts then."""
         s = self.settings
         said = {w for line in robot_lines for w in line}
-        if text is not None and any(w in self._stops and w not in said for w in words_of(text)):
+        words = words_of(text) if text is not None else []
+        heard_in_noise = self.heard_in_noise(text, voiced_ms)
+        if not heard_in_noise and any(w in self._stops and w not in said for w in words):
             return INTERRUPT  # (a stop word the robot did not say is the user's, echo or not)
         if text is not None and self.is_echo(text, robot_lines):
             return ECHO if final else UNDECIDED
@@ -196,12 +205,12 @@ class BargeInJudge:
         if text is None and echo_so_far:
             return UNDECIDED
         if text is not None:
-            words = words_of(text)
+            if heard_in_noise:  # no evidence either way, and the voice's length is the noise's
+                return BACKCHANNEL if final else UNDECIDED
             if any(w in self._stops for w in words):
                 return INTERRUPT
-            heard_in_noise = len(words) * s.min_word_ms > voiced_ms
             new = self.new_words(text, robot_lines)
-            if not heard_in_noise and len(new) >= s.interrupt_words:
+            if len(new) >= s.interrupt_words:
                 return INTERRUPT
             if words and not new:
                 # only backchannels (and echo): the voice's length is "yeah... I see" with the

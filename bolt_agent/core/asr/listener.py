@@ -813,7 +813,7 @@ class Listener:
             ok, result = self._transcribe(job, final=False, timing=timing)
             text = result.text if ok and result is not None else None
             lines = self.robot_lines()
-            self._note_words(judging, text, lines)
+            self._note_words(judging, text, lines, job.voiced_ms)
             verdict = self.judge.judge(
                 text,
                 job.voiced_ms,
@@ -863,16 +863,25 @@ class Listener:
                     return ECHO
             return judging.verdict
         verdict = self.judge.judge(text, job.voiced_ms, True, lines, stop_words_only=self._cold())
-        self._note_words(judging, text, lines)
+        self._note_words(judging, text, lines, job.voiced_ms)
         if verdict == INTERRUPT or settle:
             why = f"{job.kind} transcript {text!r} over {job.voiced_ms / 1000:.1f} s of voice"
             self._decide(judging, verdict, why)
         return verdict
 
-    def _note_words(self, judging: _Judging, text: str | None, lines: RobotLines) -> None:
+    def _note_words(
+        self, judging: _Judging, text: str | None, lines: RobotLines, voiced_ms: float
+    ) -> None:
+        """Whether the latest words leave the voice's length meaningless: the robot's echo,
+        backchannels, or words heard in noise (the residue around a "yeah" is no request)."""
         if text is None:
             return
-        harmless = self.judge.is_echo(text, lines) or not self.judge.new_words(text, lines)
+        judge = self.judge
+        harmless = (
+            judge.is_echo(text, lines)
+            or not judge.new_words(text, lines)
+            or judge.heard_in_noise(text, voiced_ms)
+        )
         judging.words_so_far_harmless = harmless
 
     def _transcribe(self, job: _Job, final: bool, timing: _Timing) -> tuple[bool, Any]:
