@@ -263,19 +263,10 @@ class AsrParams:
         150, "speech in ms needed while the robot speaks (aec)", low=0, high=60000
     )
     aec_residual_db: float = param(
-        -40.0,
-        "aec, while the robot speaks: cancelled audio quieter than this (dBFS, 32 ms windows) "
-        "is the canceller's residue, silence to the VAD; with aec_canceller external it is "
-        "the only test, so set it between the residue and the user's voice at your mic gain",
-        low=-120.0,
-        high=0.0,
+        -40.0, "aec: cancelled audio under this dBFS is the canceller's residue", low=-120, high=0
     )
     barge_in_probe_ms: int = param(
-        250,
-        "aec: how often in ms of the user's voice a quick transcript checks whether it "
-        "interrupts (0 = only the early and final transcripts)",
-        low=0,
-        high=10000,
+        250, "aec: ms of voice per quick transcript (0: early/final only)", low=0, high=10000
     )
     backchannel_words: tuple[str, ...] = param(
         DEFAULT_BACKCHANNELS,
