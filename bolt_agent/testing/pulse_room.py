@@ -20,8 +20,6 @@ robot's words to speech level, and the stack has its own level handling (the VAD
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,10 +99,7 @@ def start_pulse_room(
 
 
 def _set_gain(server: PulseServer, module: str, gain_db: float) -> None:
-    out = subprocess.run(
-        ["pactl", "-f", "json", "list", "sink-inputs"],
-        env={**os.environ, **server.base_env}, capture_output=True, text=True, timeout=10,
-    ).stdout  # fmt: skip
+    out = server.pactl("-f", "json", "list", "sink-inputs")
     inputs = [i for i in json.loads(out or "[]") if str(i.get("owner_module")) == module]
     if len(inputs) != 1:
         raise RuntimeError(f"module {module}'s loopback stream not found: {out!r}")
