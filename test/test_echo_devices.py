@@ -30,6 +30,7 @@ from bolt_agent.nodes import qos
 from bolt_agent.testing.pulse_room import AIR, MIC
 from bolt_agent_interfaces.msg import Transcript, TtsState, VoiceActivity
 from support.asr import start_asr
+from support.audio_fixtures import Recorder
 from support.diagnostics import ActiveStatus
 from support.ros_helpers import ros_node, spin_until, wait_for_subscriber
 
@@ -50,22 +51,6 @@ def room(tmp_path):
         yield room
     finally:
         room.stop()
-
-
-class Recorder:
-    """``parec`` of one PulseAudio source, 16 kHz mono, to a raw file."""
-
-    def __init__(self, room, source: str, path: Path) -> None:
-        self.path = path
-        env = {**os.environ, **room.server.base_env}
-        args = ["parec", f"--device={source}", "--rate=16000", "--channels=1", "--format=s16le"]
-        with open(path, "wb") as out:
-            self._proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.DEVNULL)
-
-    def stop(self) -> np.ndarray:
-        self._proc.terminate()
-        self._proc.wait(timeout=10)
-        return np.frombuffer(self.path.read_bytes(), np.int16).astype(np.float32) / 32768
 
 
 def _user_wav(tmp_path: Path, text: str) -> Path:
@@ -154,8 +139,8 @@ def test_echo_cancelled_by_pulseaudio_over_devices(node_process, unique_ns, room
         scene = Scene(node_process, unique_ns, room, node, ex, tmp_path)
         try:
             # 1. the robot alone, twice, recorded before and after the canceller
-            raw = Recorder(room, MIC, tmp_path / "mic_raw.s16")
-            cancelled = Recorder(room, room.microphone, tmp_path / "mic_ec.s16")
+            raw = Recorder(room.server, MIC, tmp_path / "mic_raw.s16")
+            cancelled = Recorder(room.server, room.microphone, tmp_path / "mic_ec.s16")
             for _ in range(2):
                 assert not scene.turn(None).interrupted, scene.logs()
             raw_x, ec_x = raw.stop(), cancelled.stop()

@@ -13,7 +13,6 @@ import os
 import subprocess
 import time
 import uuid
-from pathlib import Path
 
 import numpy as np
 
@@ -22,7 +21,7 @@ from bolt_agent.core.audio.pulse_route import PulseRoute
 from bolt_agent.nodes import qos
 from bolt_agent.testing.pulse_server import wait_for
 from bolt_agent_interfaces.msg import SpokenText, TtsState
-from support.audio_fixtures import pulse  # noqa: F401 - fixture
+from support.audio_fixtures import Recorder, pulse  # noqa: F401 - fixture
 from support.diagnostics import Diagnostics, History
 from support.ros_helpers import ros_node, spin_until, wait_for_subscriber
 
@@ -32,38 +31,10 @@ LONG = (
     "Come back tomorrow and I will have even more."
 )
 RATE = 16000
-PAREC = ("parec", "--format=s16le", f"--rate={RATE}", "--channels=1", "--raw", "--latency-msec=20")
-LOUD = 1000  # int16 peak of a 20 ms window that counts as speech (a null sink is exact zeros)
 
 
 def figure(name: str, value: float, unit: str = " s") -> None:
     print(f"FIGURE {name}={value:.3f}{unit}")
-
-
-class Recorder:
-    """``parec`` from a sink's monitor into a raw file: what really reached the sink."""
-
-    def __init__(self, pulse, source: str, path: Path) -> None:  # noqa: F811
-        self.path, self._file = path, path.open("wb")
-        self.proc = subprocess.Popen(
-            [*PAREC, "-d", source],
-            stdout=self._file,
-            env={**os.environ, **pulse.env()},
-        )
-
-    def loud_s(self) -> float:
-        """Seconds of 20 ms windows whose peak is speech-loud."""
-        x = np.frombuffer(self.path.read_bytes(), dtype=np.int16)
-        n = len(x) // 320
-        if n == 0:
-            return 0.0
-        peaks = np.abs(x[: n * 320].reshape(n, 320).astype(np.int32)).max(axis=1)
-        return float((peaks > LOUD).sum() * 0.02)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
-        self._file.close()
 
 
 def node_streams(pulse, pid: int) -> list[int]:  # noqa: F811
@@ -115,7 +86,7 @@ def test_tts_device_vanishing_mid_sentence_is_reported_and_speech_resumes_on_it(
             wait_for_subscriber(ex, say)
 
             # 1. a long sentence really plays on the sink; unload the sink mid-sentence
-            before = Recorder(pulse, f"{sink}.monitor", tmp_path / "before.raw")
+            before = Recorder(pulse, f"{sink}.monitor", tmp_path / "before.raw", 20)
             recorders.append(before)
             say.publish(SpokenText(turn_id="t1", seq=0, text=LONG, is_last_in_turn=True))
             spin_until(ex, lambda: before.loud_s() >= 0.5, 30, "speech on the sink")
@@ -161,7 +132,7 @@ def test_tts_device_vanishing_mid_sentence_is_reported_and_speech_resumes_on_it(
             n_status = len(statuses)
             module = load_sink(pulse, sink)
             t_back = time.monotonic()
-            after = Recorder(pulse, f"{sink}.monitor", tmp_path / "after.raw")
+            after = Recorder(pulse, f"{sink}.monitor", tmp_path / "after.raw", 20)
             recorders.append(after)
             spin_until(ex, lambda: status_after(n_status, "open on device"), 30, proc.log)
             reopen_s = time.monotonic() - t_back

@@ -82,8 +82,14 @@ def descriptor(f: dataclasses.Field, read_only: bool = False) -> ParameterDescri
 
 
 def normalized(f: dataclasses.Field, value: Any) -> Any:
+    """``value`` as the field holds it: through its ``normalize``, and an array (rclpy gives
+    a list) as a tuple where the default is one, so the frozen parameters stay hashable."""
     fn = f.metadata["normalize"]
-    return fn(value) if fn is not None else value
+    if fn is not None:
+        value = fn(value)
+    if isinstance(f.default, tuple) and isinstance(value, list):
+        return tuple(value)
+    return value
 
 
 def check_value(f: dataclasses.Field, value: Any) -> str | None:

@@ -7,6 +7,8 @@ The daemon runs under a private runtime directory (never the user's), is reached
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,48 @@ def pulse(tmp_path_factory) -> Iterator[PulseServer]:
         yield server
     finally:
         server.stop()
+
+
+class Recorder:
+    """``parec`` of one PulseAudio source (a sink's monitor, a microphone), 16 kHz mono
+    16-bit, into a raw file: what really reached that device, recorded beside the node.
+    ``latency_ms``: ask parec for short fragments (None: its default)."""
+
+    RATE = 16000
+
+    def __init__(
+        self, pulse: PulseServer, source: str, path: Path, latency_ms: int | None = None
+    ) -> None:
+        self.path = path
+        args = ["parec", f"--device={source}", f"--rate={self.RATE}", "--channels=1"]
+        args += ["--format=s16le", "--raw"]
+        if latency_ms is not None:
+            args.append(f"--latency-msec={latency_ms}")
+        with path.open("wb") as out:  # (the child keeps its own handle)
+            self._proc = subprocess.Popen(
+                args, stdout=out, stderr=subprocess.DEVNULL, env={**os.environ, **pulse.env()}
+            )
+
+    def samples(self) -> np.ndarray:
+        """What was recorded so far, int16."""
+        return np.frombuffer(self.path.read_bytes(), dtype=np.int16)
+
+    def loud_s(self, peak: int = 1000) -> float:
+        """Seconds of 20 ms windows whose int16 peak exceeds ``peak`` (speech-loud; a null
+        sink's monitor is exact zeros)."""
+        x = self.samples()
+        window = self.RATE // 50
+        n = len(x) // window
+        if n == 0:
+            return 0.0
+        peaks = np.abs(x[: n * window].reshape(n, window).astype(np.int32)).max(axis=1)
+        return float((peaks > peak).sum() * 0.02)
+
+    def stop(self) -> np.ndarray:
+        """End the recording; what was recorded, float32 in [-1, 1)."""
+        self._proc.terminate()
+        self._proc.wait(timeout=10)
+        return self.samples().astype(np.float32) / 32768
 
 
 # --- speech made with the bundled Piper voice --------------------------------------------------
