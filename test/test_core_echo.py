@@ -180,9 +180,24 @@ def test_judge_waits_on_harmless_words_and_listens_only_for_stop_words_while_col
     assert judge.judge("wait", 300, False, stop_words_only=True) == INTERRUPT
 
 
+def test_words_heard_unsurely_do_not_interrupt_but_stop_words_and_length_still_do():
+    judge = BargeInJudge()  # interrupt_confidence 0.45
+    # an espeak "Mm-hm." over the robot, heard as three words at 0.35 (echo benchmark, dev)
+    assert judge.judge("Am I made?", 700, False, confidence=0.35) == UNDECIDED
+    assert judge.judge("Am I made?", 700, True, confidence=0.35) == BACKCHANNEL
+    assert judge.judge("Am I made?", 700, False, confidence=0.6) == INTERRUPT
+    assert judge.judge("Wait, am I made?", 700, False, confidence=0.2) == INTERRUPT
+    assert judge.judge("Am I made?", 1600, False, confidence=0.35) == INTERRUPT
+    # the threshold is a setting; 0 trusts every transcript
+    trusting = BargeInJudge(BargeInSettings(interrupt_confidence=0.0))
+    assert trusting.judge("Am I made?", 700, False, confidence=0.05) == INTERRUPT
+
+
 def test_judge_settings_are_checked_and_word_lists_are_parameters():
     with pytest.raises(ValueError, match="interrupt_words"):
         BargeInSettings(interrupt_words=0)
+    with pytest.raises(ValueError, match="interrupt_confidence"):
+        BargeInSettings(interrupt_confidence=1.5)
     judge = BargeInJudge(BargeInSettings(backchannels=("bueno",), stop_words=("para",)))
     assert judge.judge("bueno", 300, True) == BACKCHANNEL
     assert judge.judge("para", 300, False) == INTERRUPT
@@ -205,14 +220,14 @@ def test_residual_gate_silences_quiet_and_explained_windows():
 class Words:
     """Transcriber returning a fixed text (any audio); counts its calls."""
 
-    def __init__(self, text: str) -> None:
-        self.text, self.calls = text, 0
+    def __init__(self, text: str, confidence: float = 0.9) -> None:
+        self.text, self.calls, self.confidence = text, 0, confidence
 
     def transcribe(self, audio, final=True):
         from bolt_agent.core.asr.asr_engine import AsrResult
 
         self.calls += 1
-        return AsrResult(self.text, 0.9, "en", 0.0)
+        return AsrResult(self.text, self.confidence, "en", 0.0)
 
 
 class PassThrough:
@@ -255,6 +270,20 @@ def test_a_backchannel_over_the_robot_is_kept_but_stops_nothing():
     finals = [e for e in events if isinstance(e, TranscriptEvent) and e.is_final]
     assert [(f.text, f.backchannel) for f in finals] == [("Uh-huh.", True)]
     assert listener.barge_in_verdicts["backchannel"] == 1
+
+
+def test_words_whisper_is_unsure_of_stop_nothing_and_stay_the_users():
+    def heard(confidence: float) -> tuple[int, list]:
+        listener, words = aec_listener("Am I made?", 14)
+        words.confidence = confidence
+        events = run(listener, 60)
+        barge_ins = sum(isinstance(e, VoiceActivityEvent) and e.barge_in for e in events)
+        finals = [(e.text, e.backchannel) for e in events if isinstance(e, TranscriptEvent)
+                  and e.is_final]  # fmt: skip
+        return barge_ins, finals
+
+    assert heard(0.3) == (0, [("Am I made?", True)])  # (an espeak "Mm-hm." over the robot)
+    assert heard(0.8) == (1, [("Am I made?", False)])
 
 
 def test_a_stop_word_interrupts_from_the_first_quick_transcript():

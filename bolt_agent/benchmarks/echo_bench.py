@@ -162,6 +162,24 @@ class Trial:
     backchannel_flags: list[bool] = field(default_factory=list)
     voices_started: int = 0
     trace: list[str] = field(default_factory=list)  # the listener's events, for the misses
+    #: every transcription of the trial: (stream s from the onset, final, text, confidence)
+    heard: list[tuple[float, bool, str, float]] = field(default_factory=list)
+
+
+class _Recorded:
+    """The transcriber, with each result noted in the trial being played: what whisper heard,
+    and how sure it was, is what the judge's rules are set from (on the dev split)."""
+
+    def __init__(self, transcriber: Any, stream: Stream) -> None:
+        self._transcriber, self._stream = transcriber, stream
+
+    def transcribe(self, audio: np.ndarray, final: bool = True) -> Any:
+        result = self._transcriber.transcribe(audio, final=final)
+        trial = self._stream.trial
+        if trial is not None and result is not None:
+            at = round(self._stream.runner.now() - trial.onset_s, 2)
+            trial.heard.append((at, final, result.text, round(float(result.confidence), 3)))
+        return result
 
 
 class Stream:
@@ -175,8 +193,9 @@ class Stream:
         self.runner = VirtualRunner(lambda: self.pos / SAMPLE_RATE)
         self.canceller = SpeexCanceller()
         self.events: list[tuple[float, Any]] = []
+        self.trial: Trial | None = None
         self.listener = Listener(
-            transcriber,
+            _Recorded(transcriber, self),
             settings,
             VadSegmenter(vad_config),
             runner=self.runner,
@@ -197,6 +216,7 @@ class Stream:
         end = max(robot_end, user_at + (len(trial.user) if trial.user is not None else 0))
         end += int(GAP_S * SAMPLE_RATE)
         first_event = len(self.events)
+        self.trial = trial
         if trial.robot_text:
             self.listener.robot_said(trial.robot_text)
         cut: int | None = None
@@ -353,6 +373,19 @@ def run(quick: bool = False, log: Callable[[str], None] = print) -> dict[str, An
     result["per_voice"] = per_voice
     result["dev"] = figures(all_trials["dev"])
     result["test"] = figures(all_trials["test"])
+    result["transcriptions"] = [
+        {
+            "voice": t.voice,
+            "split": t.split,
+            "kind": t.kind,
+            "said": t.text,
+            "stopped": t.barge_in_s is not None,
+            "heard": t.heard,
+        }
+        for split in all_trials.values()
+        for t in split
+        if t.kind in ("interrupt", "backchannel")
+    ]
     result["misses"] = [
         {
             "voice": t.voice,

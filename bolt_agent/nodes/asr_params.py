@@ -25,11 +25,6 @@ def _echo_mode(value: Any) -> Any:
     return value
 
 
-def _words(value: Any) -> Any:
-    """A string array parameter as a tuple (the frozen parameters stay hashable)."""
-    return tuple(value) if isinstance(value, (list, tuple)) else value
-
-
 @dataclass(frozen=True)
 class AsrParams:
     model: str = param(
@@ -272,10 +267,9 @@ class AsrParams:
         DEFAULT_BACKCHANNELS,
         "aec: words and phrases that never stop the robot ('uh-huh', 'i see'); an utterance "
         "of only these is published with backchannel=true",
-        normalize=_words,
     )
     stop_words: tuple[str, ...] = param(
-        DEFAULT_STOP_WORDS, "aec: words that stop the robot at once ('wait')", normalize=_words
+        DEFAULT_STOP_WORDS, "aec: words that stop the robot at once ('wait')"
     )
     interrupt_after_ms: int = param(
         1500,
@@ -285,6 +279,13 @@ class AsrParams:
     )
     interrupt_words: int = param(
         3, "aec: this many words that are not backchannels stop the robot", low=1, high=100
+    )
+    interrupt_confidence: float = param(
+        0.45,
+        "aec: words whisper heard with less confidence (0..1) do not count towards "
+        "interrupt_words (stop words and interrupt_after_ms still do)",
+        low=0.0,
+        high=1.0,
     )
     echo_tail_ms: int = param(
         300,
@@ -364,6 +365,7 @@ class AsrParams:
                 stop_words=self.stop_words,
                 interrupt_after_ms=self.interrupt_after_ms,
                 interrupt_words=self.interrupt_words,
+                interrupt_confidence=self.interrupt_confidence,
             ),
             echo_tail_ms=self.echo_tail_ms,
             partial_interval_s=self.partial_interval_s,

@@ -19,6 +19,11 @@ longer voice, the final transcript) until the answer is no longer ``UNDECIDED``:
   none of its words counts, stop words included (whisper makes "I'm sorry." of 0.2 s of
   residual echo; a real "wait" fits in its voice), nor does the voice's length (it is the
   noise's): ``BACKCHANNEL`` when over, ``UNDECIDED`` before;
+* words whisper was not sure of (the transcript's confidence, exp of its mean token
+  log-probability, under ``interrupt_confidence``) do not count towards ``interrupt_words``:
+  an espeak "Mm-hm." over the robot came out as "Am I made?" (0.35) or "I made some." (0.42),
+  while a real request, misheard at first, is soon heard surely or lasts long enough; stop
+  words and the voice's length still count;
 * the voice has lasted ``interrupt_after_ms``: ``INTERRUPT`` whatever other words were heard
   (nobody says "uh-huh" for a second and a half; a quick transcript may also be late or
   wrong);
@@ -117,12 +122,18 @@ class BargeInSettings:
     #: no voice says a word in less: words beyond what the voice's length holds were heard in
     #: noise (whisper made "a few days." of the start of "Yeah, I see.")
     min_word_ms: int = 120
+    #: words heard with less confidence (0..1) than this do not count towards interrupt_words
+    interrupt_confidence: float = 0.45
 
     def __post_init__(self) -> None:
         if self.interrupt_after_ms <= 0:
             raise ValueError(f"interrupt_after_ms must be > 0, not {self.interrupt_after_ms}")
         if self.interrupt_words < 1:
             raise ValueError(f"interrupt_words must be >= 1, not {self.interrupt_words}")
+        if not 0.0 <= self.interrupt_confidence <= 1.0:
+            raise ValueError(
+                f"interrupt_confidence must be in [0, 1], not {self.interrupt_confidence}"
+            )
 
 
 class BargeInJudge:
@@ -184,6 +195,7 @@ class BargeInJudge:
         robot_lines: RobotLines = (),
         echo_so_far: bool = False,
         stop_words_only: bool = False,
+        confidence: float = 1.0,
     ) -> str:
         """``text``: the words heard so far (None: not transcribed yet); ``voiced_ms``: how long
         the voice has lasted; ``final``: the utterance is over and ``text`` is its transcript;
@@ -191,7 +203,8 @@ class BargeInJudge:
         latest words heard were its echo or backchannels (the voice's length alone then
         proves nothing);
         ``stop_words_only``: the echo canceller is still learning the room, so what it lets
-        through may be the robot misheard; only a stop word interrupts then."""
+        through may be the robot misheard; only a stop word interrupts then;
+        ``confidence``: whisper's for ``text`` (0..1)."""
         s = self.settings
         said = {w for line in robot_lines for w in line}
         words = words_of(text) if text is not None else []
@@ -210,7 +223,7 @@ class BargeInJudge:
             if any(w in self._stops for w in words):
                 return INTERRUPT
             new = self.new_words(text, robot_lines)
-            if len(new) >= s.interrupt_words:
+            if len(new) >= s.interrupt_words and confidence >= s.interrupt_confidence:
                 return INTERRUPT
             if words and not new:
                 # only backchannels (and echo): the voice's length is "yeah... I see" with the

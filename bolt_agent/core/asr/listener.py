@@ -296,6 +296,11 @@ class _Job:
     voiced_ms: float = 0.0  # judging: how long the voice had lasted at the job's audio end
 
 
+def _confidence(result: Any) -> float:
+    """A transcription's confidence (0..1); 1 for a transcriber that gives none."""
+    return float(getattr(result, "confidence", 1.0)) if result is not None else 1.0
+
+
 class Listener:
     def __init__(
         self,
@@ -411,19 +416,8 @@ class Listener:
         self._anchor = (seg.offset, stamp_ns)
         self._apply_robot_state(stamp_ns)
         vad_input = None
-        if s.echo_mode == "aec" and self.canceller is None and self._robot_speaking:
-            # cancelled elsewhere (PulseAudio's WebRTC canceller left 17-30 dB less echo here): its
-            # residue is speech-shaped too, and only its level tells it from the user
-            vad_input = residual_gate(chunk, None, s.aec_residual_db, s.aec_residual_ratio_db)
-        elif self.canceller is not None and s.echo_mode == "aec":
-            if not reference_ready and self._robot_speaking:
-                vad_input = np.zeros_like(chunk)  # deaf for this block, rather than fooled
-            else:
-                mic, chunk = chunk, self.canceller.process(chunk, stamp_ns)
-                if self._robot_speaking:
-                    vad_input = residual_gate(
-                        chunk, mic, s.aec_residual_db, s.aec_residual_ratio_db
-                    )
+        if s.echo_mode == "aec":
+            chunk, vad_input = self._cancel(chunk, stamp_ns, reference_ready)
         gated = self._echo_gated(len(chunk)) if s.echo_mode == "gate" else 0
         if gated:
             if seg.in_speech:
@@ -485,6 +479,26 @@ class Listener:
                 _Job("partial", self._utt_id, audio, self.stamp(onset), self.stamp(seg.offset))
             )
         return self.take_events()
+
+    def _cancel(
+        self, chunk: np.ndarray, stamp_ns: int, reference_ready: bool
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """aec: the block with the robot's echo taken out (by our canceller; an external one
+        has done it already), and what the VAD hears of it while the robot speaks (None: the
+        block itself)."""
+        s, speaking = self.settings, self._robot_speaking
+        if self.canceller is None:
+            # cancelled elsewhere (PulseAudio's WebRTC canceller left 17-30 dB less echo here):
+            # its residue is speech-shaped too, and only its level tells it from the user
+            if not speaking:
+                return chunk, None
+            return chunk, residual_gate(chunk, None, s.aec_residual_db, s.aec_residual_ratio_db)
+        if not reference_ready and speaking:
+            return chunk, np.zeros_like(chunk)  # deaf for this block, rather than fooled
+        mic, chunk = chunk, self.canceller.process(chunk, stamp_ns)
+        if not speaking:
+            return chunk, None
+        return chunk, residual_gate(chunk, mic, s.aec_residual_db, s.aec_residual_ratio_db)
 
     def audio_stopped(self, why: str = "audio_stopped") -> list[ListenerEvent]:
         """No audio has come for a while (a bag or file ended, the device or its publisher went
@@ -821,9 +835,11 @@ class Listener:
                 lines,
                 echo_so_far=judging.words_so_far_harmless,
                 stop_words_only=self._cold(),
+                confidence=_confidence(result),
             )
             if verdict == INTERRUPT:
-                self._decide(judging, INTERRUPT, f"quick transcript {text!r}")
+                why = f"quick transcript {text!r} (confidence {_confidence(result):.2f})"
+                self._decide(judging, INTERRUPT, why)
         elif job.kind == "partial":
             ok, result = self._transcribe(job, final=False, timing=timing)
             if result is not None:
@@ -862,10 +878,16 @@ class Listener:
                     log.info(f"utterance {job.utt_id}: judged an interruption, heard as echo")
                     return ECHO
             return judging.verdict
-        verdict = self.judge.judge(text, job.voiced_ms, True, lines, stop_words_only=self._cold())
+        confidence = _confidence(result)
+        verdict = self.judge.judge(
+            text, job.voiced_ms, True, lines, stop_words_only=self._cold(), confidence=confidence
+        )
         self._note_words(judging, text, lines, job.voiced_ms)
         if verdict == INTERRUPT or settle:
-            why = f"{job.kind} transcript {text!r} over {job.voiced_ms / 1000:.1f} s of voice"
+            why = (
+                f"{job.kind} transcript {text!r} (confidence {confidence:.2f}) over "
+                f"{job.voiced_ms / 1000:.1f} s of voice"
+            )
             self._decide(judging, verdict, why)
         return verdict
 
