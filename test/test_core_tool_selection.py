@@ -29,9 +29,20 @@ def reachy():
     return load_profile("reachy_mini")
 
 
+def scoring(fn):
+    """A channel scorer from ``fn(prefixes, text)``, the scores of every description, asked
+    for some of them (``only``) as an engine is."""
+
+    def scorer(prefixes, text, only=None):
+        scores = fn(prefixes, text)
+        return scores if scores is None or only is None else [scores[i] for i in only]
+
+    return scorer
+
+
 def favour(words: str, score: float = -5.0, rest: float = -20.0):
     """A channel scorer that likes the descriptions holding ``words``."""
-    return lambda prefixes, text: [score if words in p else rest for p in prefixes]
+    return scoring(lambda prefixes, text: [score if words in p else rest for p in prefixes])
 
 
 def runner_for(reachy, scripts, channel, guard=None, **config):
@@ -76,7 +87,7 @@ def test_the_best_explained_option_wins_and_no_tool_needs_no_lead(reachy):
     assert chosen.option.arguments == {"animation_name": "happy_nod"}
     assert chosen.margin == pytest.approx(15.0 - reachy.selection.tool_margin)
     # every option near the same: a tool must explain the request by tool_margin more
-    level = ToolSelector(reachy.selection, lambda prefixes, text: [-10.0] * len(prefixes))
+    level = ToolSelector(reachy.selection, scoring(lambda prefixes, _: [-10.0] * len(prefixes)))
     assert level.select("What a day it was.").option.tool == ""
     assert level.select("What a day it was.", allow_none=False).option.tool  # 'required'
 
@@ -88,10 +99,10 @@ def test_a_request_is_scored_once_and_an_engine_without_scores_gives_no_choice(r
         calls.append(text)
         return [-1.0] * len(prefixes)
 
-    selector = ToolSelector(reachy.selection, scorer)
+    selector = ToolSelector(reachy.selection, scoring(scorer))
     first, again = selector.select("Look around"), selector.select("  Look   around ")
     assert len(calls) == 1 and again.seconds == 0.0 and first.option == again.option
-    assert ToolSelector(reachy.selection, lambda p, t: None).select("Look around") is None
+    assert ToolSelector(reachy.selection, scoring(lambda p, t: None)).select("Look around") is None
 
 
 def test_a_pinned_registry_admits_only_the_chosen_call(reachy):
@@ -216,7 +227,7 @@ def test_an_open_argument_is_chosen_by_scores_and_the_default_needs_no_lead(reac
                 for p in prefixes
             ]  # fmt: skip
 
-        return scores
+        return scoring(scores)
 
     # "fast" explains the request by more than the margin: pinned in the call
     chosen = ToolSelector(reachy.selection, scorer(-8.0 + speed.margin + 0.5)).select("Nod quick")
@@ -237,8 +248,40 @@ def test_an_open_argument_is_chosen_by_scores_and_the_default_needs_no_lead(reac
     chosen = ToolSelector(pinning, scorer(-8.0 + speed.margin - 0.5)).select("Nod")
     assert chosen.arguments == {"speed": "normal"}
     # no tool chosen: no argument either
-    none = ToolSelector(reachy.selection, lambda p, t: [-10.0] * len(p)).select("Nice day.")
+    none = ToolSelector(reachy.selection, scoring(lambda p, t: [-10.0] * len(p))).select("Nice")
     assert none.option.tool == "" and none.arguments == {}
+
+
+def test_argument_values_are_scored_only_once_their_option_has_won(reachy):
+    (speed,) = reachy.selection.arguments
+    calls = []
+
+    def scorer(prefixes, text, only=None):
+        calls.append((text, list(only)))
+        return [-5.0 if "nod yes" in prefixes[i] else -20.0 for i in only]
+
+    selector = ToolSelector(reachy.selection, scorer)
+    options = sum(len(o.says) for o in reachy.selection.options)
+    values = sum(len(says) for _, says in speed.values)
+    # every description stays one set (the engine keeps it cached), asked for in two parts
+    assert len(selector.prefixes) == options + values
+    # a nod takes a speed: its values are scored after the options, in a second call
+    assert selector.select("Nod, please.").option.tool
+    assert [len(only) for _, only in calls] == [options, values]
+    assert set(calls[1][1]) == set(range(options, options + values))
+    # no tool: the values are never scored
+    calls.clear()
+
+    def level(prefixes, text, only=None):
+        calls.append((text, list(only)))
+        return [-10.0] * len(only)
+
+    assert ToolSelector(reachy.selection, level).select("What a day it was.").option.tool == ""
+    assert [len(only) for _, only in calls] == [options]
+    # asked again (a preemptive turn, then its final): nothing is scored again
+    calls.clear()
+    again = selector.select("Nod, please.")
+    assert calls == [] and again.seconds == 0.0
 
 
 @pytest.mark.parametrize(

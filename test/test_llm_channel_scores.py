@@ -58,6 +58,9 @@ def test_scoring_leaves_the_conversation_cache_and_repeats_exactly(engine):
     assert engine.cached_tokens(prompt) == cached  # its own context: no prefill next turn
     again = engine.channel_scores([NOD, SCAN], " Look around the room, please.")
     assert again == pytest.approx(first, rel=0.01) and first[1] > first[0]
+    # some of the cached prefixes alone (a selection's argument values): the same scores
+    part = engine.channel_scores([NOD, SCAN], " Look around the room, please.", only=[1])
+    assert part == pytest.approx([first[1]], rel=0.01)
     # other prefixes replace the cached ones
     other = engine.channel_scores([SCAN], " Look around the room, please.")
     assert other[0] == pytest.approx(first[1], rel=0.01)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from bolt_agent.core.llm.chat_template import ChatTemplate
 from bolt_agent.core.llm.types import DecodeSession, SamplingParams, SessionStats, TextEngine, Token
@@ -68,9 +68,15 @@ class ScriptedEngine(TextEngine):
         self.cached = prompt
         return None if self.continuation_p is None else self.continuation_p(prompt, continuations)
 
-    def channel_scores(self, prefixes: list[str], text: str) -> list[float] | None:
-        self.scored.append((list(prefixes), text))
-        return None if self.channel is None else self.channel(prefixes, text)
+    def channel_scores(
+        self, prefixes: list[str], text: str, only: Sequence[int] | None = None
+    ) -> list[float] | None:
+        asked = list(prefixes) if only is None else [prefixes[i] for i in only]
+        self.scored.append((asked, text))
+        scores = None if self.channel is None else self.channel(prefixes, text)
+        if scores is None or only is None:
+            return scores
+        return [scores[i] for i in only]
 
     def start(self, prompt: str) -> DecodeSession:
         self.prompts.append(prompt)

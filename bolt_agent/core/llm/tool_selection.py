@@ -11,10 +11,12 @@ and no calibration against each other, and a label the model likes in general ga
 option scores its best description.
 
 An open argument with a known set of values (``arguments:``, an animation's ``speed``) is
-chosen the same way, in the same batch: each value is described by what the character says
-when doing it so, its first value is the default, and another value wins only by
-``margin``. Arguments left open otherwise (a shop item, a price) are still decoded under the
-grammar, narrowed to the chosen tool with the pinned values (``pinned_registry``).
+chosen the same way, once its option has won (a second, smaller batch over the same cached
+descriptions; "no tool" and the tools that do not take it cost nothing more): each value is
+described by what the character says when doing it so, its first value is the default, and
+another value wins only by ``margin``. Arguments left open otherwise (a shop item, a price)
+are still decoded under the grammar, narrowed to the chosen tool with the pinned values
+(``pinned_registry``).
 
 Pure and rclpy-free: the scores come from ``TextEngine.channel_scores``.
 """
@@ -25,7 +27,7 @@ import copy
 import dataclasses
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +37,9 @@ from bolt_agent.core.tools.registry import ToolRegistry
 DEFAULT_TEMPLATE = 'The answer was: "{says}"\nWhat had been said just before it:'
 NO_TOOL = "none"
 
-Scorer = Callable[[list[str], str], "list[float] | None"]
+#: (every description, the request, the indexes of the descriptions to score: None for all)
+#: -> their scores in that order, or None (``TextEngine.channel_scores``)
+Scorer = Callable[[list[str], str, "Sequence[int] | None"], "list[float] | None"]
 
 
 @dataclass(frozen=True)
@@ -193,14 +197,18 @@ class ToolSelector:
     def __init__(self, spec: SelectionSpec, scorer: Scorer, cache_size: int = 8):
         self.spec = spec
         self._scorer = scorer
-        self._cache: OrderedDict[str, tuple[dict[str, float], float]] = OrderedDict()
+        #: per request: each label's best score so far, and the descriptions already scored
+        self._cache: OrderedDict[str, tuple[dict[str, float], set[int]]] = OrderedDict()
         self._cache_size = cache_size
-        # every description, labelled: the options', then the argument values' (one batch)
+        # every description, labelled: the options', then each argument's values'; the engine
+        # keeps them all cached and is asked for the options', then one argument's
         self._flat = [(o.label, s) for o in spec.options for s in o.says]
-        self._flat += [
-            (arg.label(value), s) for arg in spec.arguments for value, says in arg.values
-            for s in says
-        ]  # fmt: skip
+        self._options = range(len(self._flat))
+        self._values: dict[str, range] = {}
+        for arg in spec.arguments:
+            start = len(self._flat)
+            self._flat += [(arg.label(value), s) for value, says in arg.values for s in says]
+            self._values[arg.name] = range(start, len(self._flat))
         self.prefixes = [spec.template.format(says=s) for _, s in self._flat]
 
     def select(self, text: str, allow_none: bool = True, only: str = "") -> Selection | None:
@@ -210,7 +218,7 @@ class ToolSelector:
         words = " ".join(text.split())
         if not words:
             return None
-        scores, seconds = self._scores(words)
+        scores, seconds = self._scores(words, self._options)
         if scores is None:
             return None
         ranked = sorted(
@@ -230,11 +238,16 @@ class ToolSelector:
         option = ranked[0][1]
         chosen = {}
         for arg in self.spec.arguments:
-            if arg.open_in(option):
-                value = self._argument(arg, scores)
-                if arg.pin_default or value != arg.values[0][0]:
-                    chosen[arg.name] = value
-        return Selection(option, scores, margin, seconds, chosen)
+            if not arg.open_in(option):
+                continue
+            values, more = self._scores(words, self._values[arg.name])
+            seconds += more
+            if values is None:  # (left to the grammar)
+                continue
+            value = self._argument(arg, values)
+            if arg.pin_default or value != arg.values[0][0]:
+                chosen[arg.name] = value
+        return Selection(option, dict(scores), margin, seconds, chosen)
 
     @staticmethod
     def _argument(arg: ArgumentChoice, scores: dict[str, float]) -> Any:
@@ -246,23 +259,25 @@ class ToolSelector:
                 best, top = value, scores[arg.label(value)]
         return best
 
-    def _scores(self, words: str) -> tuple[dict[str, float] | None, float]:
-        hit = self._cache.get(words)
-        if hit is not None:
-            self._cache.move_to_end(words)
-            return hit[0], 0.0
-        t0 = time.monotonic()
-        raw = self._scorer(self.prefixes, " " + words)
-        if raw is None:
-            return None, 0.0
-        best: dict[str, float] = {}
-        for (label, _), value in zip(self._flat, raw):
-            best[label] = max(best.get(label, float("-inf")), value)
-        seconds = time.monotonic() - t0
-        self._cache[words] = (best, seconds)
+    def _scores(self, words: str, wanted: range) -> tuple[dict[str, float] | None, float]:
+        """Each label's best score for ``words``, the descriptions at ``wanted`` scored now
+        unless an earlier call did (seconds: what scoring them took now)."""
+        best, done = self._cache.setdefault(words, ({}, set()))
+        self._cache.move_to_end(words)
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
-        return best, seconds
+        missing = [i for i in wanted if i not in done]
+        if not missing:
+            return best, 0.0
+        t0 = time.monotonic()
+        raw = self._scorer(self.prefixes, " " + words, missing)
+        if raw is None:
+            return None, 0.0
+        for i, value in zip(missing, raw, strict=True):
+            label = self._flat[i][0]
+            best[label] = max(best.get(label, float("-inf")), value)
+        done.update(missing)
+        return best, time.monotonic() - t0
 
 
 def pinned_registry(registry: ToolRegistry, option: Option) -> ToolRegistry:

@@ -8,6 +8,7 @@ the backend (which builds a decoder) do not import each other.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bolt_agent.core.llm.chat_template import ChatTemplate
@@ -126,10 +127,14 @@ class TextEngine(ABC):
         engine whose cache cannot always roll back (a small sliding-window cache) saves its
         state at that point. Engines that can always reuse a prefix ignore it."""
 
-    def channel_scores(self, prefixes: list[str], text: str) -> list[float] | None:
+    def channel_scores(
+        self, prefixes: list[str], text: str, only: Sequence[int] | None = None
+    ) -> list[float] | None:
         """log P(``text`` | each prefix), summed over ``text``'s tokens, without touching the
-        conversation's cache (tool selection: ``core/llm/tool_selection``). None when the engine
-        cannot tell (a server streams text, not logits)."""
+        conversation's cache (tool selection: ``core/llm/tool_selection``); ``only``: for the
+        prefixes at these indexes alone, in that order (the set of prefixes, which an engine
+        may keep cached, stays the same). None when the engine cannot tell (a server streams
+        text, not logits)."""
         return None
 
     def next_token_probability(self, prompt: str, continuations: list[str]) -> float | None:

@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -245,7 +245,9 @@ class LlamaEngine(TextEngine):
         z = np.exp(z - z.max())
         return float(z[sorted(ids)].sum() / z.sum())
 
-    def channel_scores(self, prefixes: list[str], text: str) -> list[float] | None:
+    def channel_scores(
+        self, prefixes: list[str], text: str, only: Sequence[int] | None = None
+    ) -> list[float] | None:
         """On a small context of its own (``llama/channel_scorer``): the conversation's cache
         stays as it is."""
         if self._scorer is None:
@@ -257,7 +259,7 @@ class LlamaEngine(TextEngine):
                 lambda text, bos: llm.tokenize(text.encode(), add_bos=bos, special=False),
                 self.config.n_threads_batch or self.config.n_threads,
             )
-        return self._scorer.scores(prefixes, text)
+        return self._scorer.scores(prefixes, text, only)
 
     def close(self) -> None:
         if self._scorer is not None:
