@@ -64,3 +64,17 @@ def test_scoring_leaves_the_conversation_cache_and_repeats_exactly(engine):
     # other prefixes replace the cached ones
     other = engine.channel_scores([SCAN], " Look around the room, please.")
     assert other[0] == pytest.approx(first[1], rel=0.01)
+
+
+def test_the_selection_time_bench_compares_the_three_ways_on_the_real_model(tmp_path, capsys):
+    import json
+
+    from bolt_agent.benchmarks.selection_time import main
+
+    out = tmp_path / "selection_time.json"
+    assert main(["--requests", "2", "--profiles", "reachy_mini", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())["profiles"]["reachy_mini"]
+    assert result["requests"] == 2 and result["same_choice"] == 2
+    assert set(result["median_s"]) == {"options", "one batch", "two steps"}
+    assert all(v > 0 for v in result["median_s"].values())
+    assert "| reachy_mini | 2 |" in capsys.readouterr().out
