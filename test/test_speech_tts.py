@@ -172,6 +172,69 @@ def test_headless_speak_action_teleop_and_stop(node_process, unique_ns):
     assert proc.alive(), proc.log()
 
 
+@pytest.mark.slow
+def test_a_voice_over_the_robot_ducks_its_audio_until_the_voice_ends(node_process, unique_ns):
+    import numpy as np
+
+    text = "I have iron helmets, leather boots and a fine steel breastplate."
+    # the phrase cache plays the line the same twice: the second, ducked, is compared with
+    # the first sample by sample
+    params = ("audio_sink:=topic", "duck_db:=-12.0", "phrase_cache_chars:=200")
+    proc = start_tts(node_process, unique_ns, *params)
+    with ros_node("tts_probe") as (node, ex):
+        status = History(node, unique_ns, "tts_node")
+        audio = Inbox(node, AudioChunk, f"{unique_ns}/audio/output", qos.AUDIO)
+        voice = node.create_publisher(
+            VoiceActivity, f"{unique_ns}/asr/voice_activity", qos.RELIABLE
+        )
+        client = ActionClient(node, Speak, f"{unique_ns}/tts/speak")
+        spin_until(
+            ex, lambda: client.server_is_ready(), 30, lambda: f"the Speak server: {proc.log()}"
+        )
+        wait_for_publisher(ex, audio.sub)
+        wait_for_subscriber(ex, voice)
+        rate = 22050
+
+        def samples(since: int) -> np.ndarray:
+            return np.concatenate(
+                [np.asarray(m.samples, np.int16) for m in audio.items[since:]] or [np.zeros(0)]
+            ).astype(np.float64)
+
+        def say(expected: int = 0, during=()) -> np.ndarray:
+            """The line's audio; ``during``: (s of its audio, a voice starts or ends)."""
+            before = len(audio.items)
+            future = client.send_goal_async(Speak.Goal(text=text))
+            spin_until(ex, future.done, 10, "goal acceptance")
+            result = future.result().get_result_async()
+            for at_s, speaking in during:
+                n = int(at_s * rate)
+                spin_until(ex, lambda n=n: len(samples(before)) >= n, 20, f"{at_s} s of audio")
+                voice.publish(VoiceActivity(utterance_id="u1", speaking=speaking))
+            spin_until(ex, result.done, 20, "the Speak result")
+            assert result.result().result.completed
+            spin_until(ex, lambda: len(samples(before)) >= expected, 5, "the last chunks")
+            return samples(before)
+
+        first = say()
+        ducked = say(len(first), [(0.8, True), (1.8, False)])
+        assert len(ducked) == len(first)
+        win = rate // 10
+        ratios = []
+        for k in range(len(first) // win):
+            a, b = first[k * win : (k + 1) * win], ducked[k * win : (k + 1) * win]
+            if np.sqrt(np.mean(a**2)) > 300:  # (speech, not the pauses)
+                ratios.append((k / 10, 20 * np.log10(np.sqrt(np.mean(b**2) / np.mean(a**2)))))
+        print("ducked - first, dB, per 0.1 s:", [(t, round(float(r), 1)) for t, r in ratios])
+        before = [r for t, r in ratios if t < 0.7]
+        during = [r for t, r in ratios if 1.2 <= t < 1.7]
+        after = [r for t, r in ratios if t >= 2.6]
+        assert before and during and after, ratios
+        assert all(abs(r) < 0.5 for r in before + after), ratios  # the same audio, full level
+        assert all(-13.0 < r < -11.0 for r in during), ratios  # 12 dB down while judged
+        spin_until(ex, lambda: status.last().get("ducks") == "1", 5, "the duck counted")
+    assert proc.alive(), proc.log()
+
+
 def test_missing_output_device_keeps_node_up_and_reports(node_process, unique_ns, pulse):  # noqa: F811
     proc = start_tts(
         node_process, unique_ns, "device:=no_such_device", "retry_s:=0.5", env=pulse.env()

@@ -48,6 +48,7 @@ from bolt_agent.core.audio.playback import PacedSink, Player
 from bolt_agent.core.audio.pulse_route import PulseRoute
 from bolt_agent.core.memory import release_free_memory
 from bolt_agent.core.models import ModelNotFoundError, resolve_model
+from bolt_agent.core.tts.ducking import Ducking, DuckingSettings
 from bolt_agent.core.tts.phrase_cache import PhraseCache
 from bolt_agent.core.tts.speaker import (
     Sentence,
@@ -77,6 +78,8 @@ class TtsNode(BoltLifecycleNode):
         self._threads: list[threading.Thread] = []
         self._teleop_ids = itertools.count(1)
         self._watch_timer: Any = None
+        self._ducking = Ducking()  # (settings taken at activate)
+        self._duck_timer: Any = None
         self._lost_since = 0.0  # monotonic time the output was found lost (0: not lost)
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -137,6 +140,9 @@ class TtsNode(BoltLifecycleNode):
                 self._watch_output,
                 callback_group=MutuallyExclusiveCallbackGroup(),  # pactl: off the other callbacks
             )
+        self._ducking = Ducking(DuckingSettings(p.duck_db, p.duck_max_s))
+        if p.duck_db < 0:
+            self._duck_timer = self.create_timer(0.25, self._duck_tick)
         self._speaker.start(self._sink)  # publishes the idle state
         self._threads = [
             threading.Thread(target=self._synth_loop, name="tts-synth", daemon=True),
@@ -154,6 +160,9 @@ class TtsNode(BoltLifecycleNode):
         if self._watch_timer is not None:
             self.destroy_timer(self._watch_timer)
             self._watch_timer = None
+        if self._duck_timer is not None:
+            self.destroy_timer(self._duck_timer)
+            self._duck_timer = None
         self._speaker.shutdown()  # stops what plays; the synthesis thread ends
         self._done_q.put(None)
         for t in self._threads:
@@ -310,6 +319,17 @@ class TtsNode(BoltLifecycleNode):
     def _on_voice(self, msg: VoiceActivity) -> None:
         if msg.barge_in and msg.speaking and not msg.resumed and self.params.stop_on_barge_in:
             self._speaker.stop("", reason="barge-in")
+        # a voice over the robot ducks it (a voice while it is silent does not: the reply
+        # that follows must not start quiet)
+        speaking = msg.speaking and (self._ducking.ducked or any(self._speaker.queued()))
+        self._set_gain(self._ducking.voice(speaking, msg.barge_in, time.monotonic()))
+
+    def _duck_tick(self) -> None:
+        self._set_gain(self._ducking.tick(time.monotonic()))
+
+    def _set_gain(self, gain: float | None) -> None:
+        if gain is not None and self._sink is not None:
+            self._sink.set_gain(gain)
 
     def _execute_speak(self, goal_handle) -> Speak.Result:
         goal = goal_handle.request
@@ -353,6 +373,8 @@ class TtsNode(BoltLifecycleNode):
             "cut_held_dropped": self._out.cut_held_dropped,
             "output_underflows": getattr(sink, "underflows", 0),
             "output_underflows_playing": getattr(sink, "underflows_playing", 0),
+            "ducks": self._ducking.ducks,
+            "ducks_expired": self._ducking.expired,
             **self._phrases.stats(),
         }
 

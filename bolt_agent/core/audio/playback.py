@@ -58,6 +58,12 @@ class _SegmentQueue:
         self._progress: dict[Hashable, tuple[int, int]] = {}
         self._lock = threading.Lock()
         self._on_done = on_done
+        self._gain = self._target_gain = 1.0  # (ducking: ``set_gain``)
+
+    def set_gain(self, gain: float) -> None:
+        """Scale what plays from the next block on, ramped over that block (a step would
+        click)."""
+        self._target_gain = max(0.0, float(gain))
 
     def add(self, tag: Hashable, data: np.ndarray, total: int) -> None:
         with self._lock:
@@ -82,6 +88,11 @@ class _SegmentQueue:
                     self._q.popleft()
                     done.append(seg.tag)
         out[pos:] = 0
+        gain, target = self._gain, self._target_gain
+        if pos and (gain != 1.0 or target != 1.0):
+            ramp = np.linspace(gain, target, pos, dtype=np.float32)
+            out[:pos] = np.round(out[:pos] * ramp).astype(np.int16)
+        self._gain = target
         for tag in done:
             if self._on_done:
                 self._on_done(tag)
@@ -278,6 +289,11 @@ class Player:
         not touched."""
         return self._queue.drop(tags)
 
+    def set_gain(self, gain: float) -> None:
+        """Scale what plays (1: as written): the robot ducks while someone speaks over it.
+        Applied in the callback, so it takes the device's buffer (``latency``) to be heard."""
+        self._queue.set_gain(gain)
+
     def stop(self, keep: Callable[[Hashable, bool], bool] | None = None) -> StopReport:
         """Silence now: the callback writes zeros from its next block, the stream is aborted
         (buffered audio dropped) and restarted, empty but for the segments not started that
@@ -390,6 +406,9 @@ class PacedSink:
 
     def drop(self, tags: set[Hashable]) -> bool:
         return self._queue.drop(tags)
+
+    def set_gain(self, gain: float) -> None:
+        self._queue.set_gain(gain)
 
     def stop(self, keep: Callable[[Hashable, bool], bool] | None = None) -> StopReport:
         t0 = time.monotonic()
