@@ -33,10 +33,9 @@ class CancelToken:
     def begin(self) -> int:
         """The generation a job starts under (``current()``); clears the previous job's end, as
         jobs made between two cancels share a generation."""
-        generation = self.current()
-        with self._lock:
+        with self._lock:  # one step: the generation read and the end cleared belong together
             self._finished = -1
-        return generation
+            return self._generation
 
     def finish(self, generation: int) -> bool:
         """Mark the job of ``generation`` as ended, unless a cancel came first (False). One
