@@ -486,7 +486,7 @@ def table(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bolt_agent.benchmarks.report import write_json
+    from bolt_agent.benchmarks.report import write_table_report
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="bench_out/echo.json")
@@ -497,13 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     args = ap.parse_args(argv)
     result = run(quick=args.quick, duck_db=args.duck_db)
-    text = table(result)
-    print(text)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_json(out, result)
-    out.with_suffix(".md").write_text(text + "\n")
-    print(f"wrote {out}")
+    write_table_report(Path(args.out), result, table(result))
     return 0
 
 

@@ -14,6 +14,13 @@ def write_json(path: Path, result: dict[str, Any]) -> None:
     print(f"wrote {path}")
 
 
+def write_table_report(path: Path, result: dict[str, Any], table: str) -> None:
+    """A benchmark's table printed, its JSON at ``path`` and the table beside it (.md)."""
+    print(table)
+    write_json(path, result)
+    path.with_suffix(".md").write_text(table + "\n")
+
+
 STAGE_LABELS = {
     "vad_end": "user end → VAD end-of-speech",
     "asr_final": "→ ASR final",

@@ -102,7 +102,7 @@ def table(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bolt_agent.benchmarks.report import write_json
+    from bolt_agent.benchmarks.report import write_table_report
     from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
     from bolt_agent.core.models import resolve_model
 
@@ -118,13 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         }
     finally:
         engine.close()
-    text = table(result)
-    print(text)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_json(out, result)
-    out.with_suffix(".md").write_text(text + "\n")
-    print(f"wrote {out}")
+    write_table_report(Path(args.out), result, table(result))
     return 0
 
 

@@ -201,7 +201,7 @@ def table(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bolt_agent.benchmarks.report import write_json
+    from bolt_agent.benchmarks.report import write_table_report
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="bench_out/voices.json")
@@ -211,11 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     result = run(quick=args.quick, trust_confidence=args.trust_confidence)
     result["end_of_turn_trust_confidence"] = args.trust_confidence
-    text = table(result)
-    print(text)
-    out = Path(args.out)
-    write_json(out, result)
-    out.with_suffix(".md").write_text(text + "\n")
+    write_table_report(Path(args.out), result, table(result))
     return 0
 
 
