@@ -46,7 +46,7 @@ def test_ducking_settings_are_checked(settings):
 
 def test_the_queue_ramps_to_a_new_gain_over_one_block_and_holds_it():
     q = _SegmentQueue(None)
-    q.add("s", np.full(300, 10000, np.int16), 300)
+    q.add("s", np.full(600, 10000, np.int16), 600)
     out = np.zeros(100, np.int16)
     q.fill(out)
     assert (out == 10000).all()  # full level until told
@@ -56,3 +56,7 @@ def test_the_queue_ramps_to_a_new_gain_over_one_block_and_holds_it():
     assert np.all(np.diff(out.astype(np.int32)) <= 0)
     q.fill(out)
     assert (out == 2500).all()
+    q.set_gain(4.0)  # more than full level would wrap int16: held at 1
+    q.fill(out)
+    q.fill(out)
+    assert (out == 10000).all()

@@ -272,7 +272,11 @@ def test_a_backchannel_over_the_robot_is_kept_but_stops_nothing():
     assert listener.barge_in_verdicts["backchannel"] == 1
 
 
-def test_words_whisper_is_unsure_of_stop_nothing_and_stay_the_users():
+def test_words_whisper_is_unsure_of_stop_nothing_and_go_out_as_a_backchannel():
+    """Kept on asr/backchannel, like a lone word over the robot: no turn. A real request
+    heard so unsurely, and shorter than interrupt_after_ms, is lost as a turn (the echo
+    benchmark's interrupt_lost_rate counts it)."""
+
     def heard(confidence: float) -> tuple[int, list]:
         listener, words = aec_listener("Am I made?", 14)
         words.confidence = confidence

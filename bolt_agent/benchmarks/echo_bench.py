@@ -308,6 +308,10 @@ def figures(trials: list[Trial]) -> dict[str, Any]:
         "interrupt_latency_p90_s": percentile(latencies, 0.9),
         "voice_latency_p50_s": percentile(heard, 0.5),
         "voice_latency_p90_s": percentile(heard, 0.9),
+        # interruptions that reached the LLM as no turn: no final, or only finals judged
+        # backchannels (the words were kept on asr/backchannel, but nobody answers them)
+        "interrupt_lost_rate": sum(not t.finals or all(t.backchannel_flags) for t in inter)
+        / max(1, len(inter)),
         "backchannels": len(back),
         "backchannel_stop_rate": sum(t.barge_in_s is not None for t in back) / max(1, len(back)),
         "backchannel_kept_rate": sum(

@@ -7,8 +7,9 @@
 
 The arms alternate request by request over the dev split (these machines are noisy, so only
 ratios within one run carry), on one scoring context whose descriptions stay cached for all
-three. The two-step arm must choose what the one-batch arm does: the scores of a description do
-not depend on which others share its batch.
+three. The two-step arm should choose what the one-batch arm does: a description's score
+depends on which others share its batch only through the arithmetic's order (llama.cpp's
+kernels differ with the batch's shape; up to half a nat seen), which can flip only a near tie.
 
     python -m bolt_agent.benchmarks.selection_time [--requests N] [--out FILE.json]
 """

@@ -311,10 +311,12 @@ class TtsNode(BoltLifecycleNode):
         if self._refused("teleop/say", msg.data):
             return
         turn_id = f"teleop-say-{next(self._teleop_ids)}"
+        self._set_gain(self._ducking.restore())  # (it interrupts: heard at full level)
         self._speaker.say(turn_id, msg.data, True, interrupt=True)
 
     def _on_stop(self, msg: String) -> None:
         self._speaker.stop(msg.data)
+        self._set_gain(self._ducking.restore())  # what plays next starts at full level
 
     def _on_voice(self, msg: VoiceActivity) -> None:
         if msg.barge_in and msg.speaking and not msg.resumed and self.params.stop_on_barge_in:
@@ -337,6 +339,8 @@ class TtsNode(BoltLifecycleNode):
             goal_handle.abort()
             return Speak.Result(completed=False, spoken_text="")
         turn_id = f"speak-{uuid.uuid4().hex[:8]}"
+        if goal.interrupt:
+            self._set_gain(self._ducking.restore())
         turn = self._speaker.say(turn_id, goal.text, True, interrupt=goal.interrupt)
         total, reported = max(1, len(split_sentences(goal.text))), -1
         while not turn.done.wait(0.05):

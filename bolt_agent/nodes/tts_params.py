@@ -77,12 +77,16 @@ class TtsParams:
     duck_db: float = param(
         0.0,
         "lower the voice by this many dB while asr/voice_activity reports someone speaking over "
-        "it that is not (yet) a barge-in, until that voice ends (0 = never; echo_mode aec)",
+        "it that is not (yet) a barge-in, until that voice ends (0 = never; echo_mode aec; "
+        "taken when the node activates)",
         low=-60.0,
         high=0.0,
     )
     duck_max_s: float = param(
-        5.0, "the longest duck in s (an end of voice that never came)", low=0.1, high=600.0
+        5.0,
+        "the longest duck in s (an end of voice that never came; taken when the node activates)",
+        low=0.1,
+        high=600.0,
     )
     retry_s: float = param(
         3.0,

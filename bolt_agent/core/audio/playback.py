@@ -61,9 +61,9 @@ class _SegmentQueue:
         self._gain = self._target_gain = 1.0  # (ducking: ``set_gain``)
 
     def set_gain(self, gain: float) -> None:
-        """Scale what plays from the next block on, ramped over that block (a step would
-        click)."""
-        self._target_gain = max(0.0, float(gain))
+        """Scale what plays from the next block on (0..1), ramped over that block (a step
+        would click)."""
+        self._target_gain = min(1.0, max(0.0, float(gain)))  # (above 1 would wrap int16)
 
     def add(self, tag: Hashable, data: np.ndarray, total: int) -> None:
         with self._lock:

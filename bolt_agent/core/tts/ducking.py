@@ -8,7 +8,9 @@ with ``speaking`` (and no ``barge_in``) lowers the robot by ``duck_db``; the end
 quieter voice as its reference too (it is what plays), and the user's words compete with less
 echo.
 
-A lost "voice ended" must not leave the robot quiet: the duck lasts ``max_s`` at most.
+A lost "voice ended" must not leave the robot quiet: the duck lasts ``max_s`` at most. A voice
+that is the robot's own echo (a canceller still learning the room lets some through) ducks it
+too, until the ASR drops that voice as echo at its end.
 Pure: the node feeds it the voice events and the clock, and applies the gains it returns.
 """
 
@@ -64,7 +66,8 @@ class Ducking:
         return None
 
     def restore(self) -> float | None:
-        """Full level again (a stop, a new turn); None when it already was."""
+        """Full level again (the voice ended; a stop or an interrupting say); None when it
+        already was."""
         if self._since is None:
             return None
         self._since = None
