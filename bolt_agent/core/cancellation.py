@@ -33,9 +33,10 @@ class CancelToken:
     def begin(self) -> int:
         """The generation a job starts under (``current()``); clears the previous job's end, as
         jobs made between two cancels share a generation."""
-        with self._lock:  # one step: the generation read and the end cleared belong together
+        generation = self.current()  # (not under the lock: a subclass pins what it is)
+        with self._lock:
             self._finished = -1
-            return self._generation
+        return generation
 
     def finish(self, generation: int) -> bool:
         """Mark the job of ``generation`` as ended, unless a cancel came first (False). One
