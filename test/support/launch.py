@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -59,6 +60,8 @@ class Launch:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=default_signals,
+            # SIGABRT makes Python print every thread's stack (see stop()): where a hang is
+            env={**os.environ, "PYTHONFAULTHANDLER": "1"},
         )
         self.seen: set[int] = set()  # every process the launch started (respawns too)
 
@@ -107,11 +110,22 @@ class Launch:
             try:
                 self.proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
+                self._dump_stacks()
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
                 raise AssertionError(f"ros2 launch ignored SIGINT:\n{self.log()}") from None
         self._log.close()
         return self.proc.returncode
+
+    def _dump_stacks(self) -> None:
+        """Before the SIGKILL of a hung launch: launch's Python stacks into its log (faulthandler
+        on SIGABRT), and which of its processes still run, so a rare hang says where it was."""
+        left = {p: cmdline(p)[:4] for p in self.children() if running(p)}
+        self._log.write(f"\n[test] still running after SIGINT: {left}\n".encode())
+        self._log.flush()
+        os.kill(self.proc.pid, signal.SIGABRT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5.0)
 
     def kill(self) -> None:
         """Teardown after a failure: nothing may outlive the test."""
