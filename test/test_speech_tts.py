@@ -3,6 +3,8 @@ headless topic output, the Speak action, teleop, and a missing device."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from rclpy.action import ActionClient
 from std_msgs.msg import String
@@ -232,6 +234,36 @@ def test_a_voice_over_the_robot_ducks_its_audio_until_the_voice_ends(node_proces
         assert all(abs(r) < 0.5 for r in before + after), ratios  # the same audio, full level
         assert all(-13.0 < r < -11.0 for r in during), ratios  # 12 dB down while judged
         spin_until(ex, lambda: status.last().get("ducks") == "1", 5, "the duck counted")
+
+        # a Speak goal cancelled while a voice ducks it (the voice has not ended): the next
+        # line is at full level at once, not after duck_max_s
+        before = len(audio.items)
+        future = client.send_goal_async(Speak.Goal(text=text))
+        spin_until(ex, future.done, 10, "goal acceptance")
+        handle = future.result()
+        spin_until(ex, lambda: len(samples(before)) >= int(0.8 * rate), 20, "0.8 s of audio")
+        voice.publish(VoiceActivity(utterance_id="u2", speaking=True))
+        spin_until(ex, lambda: status.last().get("ducks") == "2", 5, "the second duck")
+        spin_until(ex, handle.cancel_goal_async().done, 10, "the cancel")
+        result = handle.get_result_async()
+        spin_until(ex, result.done, 10, "the cancelled result")
+        assert not result.result().result.completed
+        quiet_since = [time.monotonic(), len(audio.items)]
+
+        def quiet() -> bool:  # no chunk of the cancelled line for 0.3 s
+            if len(audio.items) != quiet_since[1]:
+                quiet_since[:] = [time.monotonic(), len(audio.items)]
+            return time.monotonic() - quiet_since[0] >= 0.3
+
+        spin_until(ex, quiet, 5, "the cancelled line's last chunk")
+        again = say(len(first))
+        levels = [
+            20 * np.log10(np.sqrt(np.mean(b**2) / np.mean(a**2)))
+            for k in range(len(first) // win)
+            if np.sqrt(np.mean((a := first[k * win : (k + 1) * win]) ** 2)) > 300
+            for b in [again[k * win : (k + 1) * win]]
+        ]
+        assert levels and all(abs(r) < 0.5 for r in levels), levels
     assert proc.alive(), proc.log()
 
 

@@ -30,6 +30,7 @@ import queue
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -80,6 +81,7 @@ class TtsNode(BoltLifecycleNode):
         self._watch_timer: Any = None
         self._ducking = Ducking()  # (settings taken at activate)
         self._duck_timer: Any = None
+        self._duck_lock = threading.Lock()
         self._lost_since = 0.0  # monotonic time the output was found lost (0: not lost)
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -311,12 +313,12 @@ class TtsNode(BoltLifecycleNode):
         if self._refused("teleop/say", msg.data):
             return
         turn_id = f"teleop-say-{next(self._teleop_ids)}"
-        self._set_gain(self._ducking.restore())  # (it interrupts: heard at full level)
+        self._duck(Ducking.restore)  # (it interrupts: heard at full level)
         self._speaker.say(turn_id, msg.data, True, interrupt=True)
 
     def _on_stop(self, msg: String) -> None:
         self._speaker.stop(msg.data)
-        self._set_gain(self._ducking.restore())  # what plays next starts at full level
+        self._duck(Ducking.restore)  # what plays next starts at full level
 
     def _on_voice(self, msg: VoiceActivity) -> None:
         if msg.barge_in and msg.speaking and not msg.resumed and self.params.stop_on_barge_in:
@@ -324,14 +326,19 @@ class TtsNode(BoltLifecycleNode):
         # a voice over the robot ducks it (a voice while it is silent does not: the reply
         # that follows must not start quiet)
         speaking = msg.speaking and (self._ducking.ducked or any(self._speaker.queued()))
-        self._set_gain(self._ducking.voice(speaking, msg.barge_in, time.monotonic()))
+        self._duck(lambda d: d.voice(speaking, msg.barge_in, time.monotonic()))
 
     def _duck_tick(self) -> None:
-        self._set_gain(self._ducking.tick(time.monotonic()))
+        self._duck(lambda d: d.tick(time.monotonic()))
 
-    def _set_gain(self, gain: float | None) -> None:
-        if gain is not None and self._sink is not None:
-            self._sink.set_gain(gain)
+    def _duck(self, change: Callable[[Ducking], float | None]) -> None:
+        """Change the duck and apply the gain it gives, under one lock: the Speak action runs
+        beside the topic callbacks, and a restore applied before a duck it overtook would
+        leave the robot quiet."""
+        with self._duck_lock:
+            gain = change(self._ducking)
+            if gain is not None and self._sink is not None:
+                self._sink.set_gain(gain)
 
     def _execute_speak(self, goal_handle) -> Speak.Result:
         goal = goal_handle.request
@@ -340,12 +347,13 @@ class TtsNode(BoltLifecycleNode):
             return Speak.Result(completed=False, spoken_text="")
         turn_id = f"speak-{uuid.uuid4().hex[:8]}"
         if goal.interrupt:
-            self._set_gain(self._ducking.restore())
+            self._duck(Ducking.restore)
         turn = self._speaker.say(turn_id, goal.text, True, interrupt=goal.interrupt)
         total, reported = max(1, len(split_sentences(goal.text))), -1
         while not turn.done.wait(0.05):
             if goal_handle.is_cancel_requested:
                 self._speaker.stop(turn.turn_id, reason="action cancelled")
+                self._duck(Ducking.restore)  # as tts/stop: what plays next is at full level
                 goal_handle.canceled()
                 return Speak.Result(completed=False, spoken_text=turn.spoken_text)
             if len(turn.spoken) != reported:
