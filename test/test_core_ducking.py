@@ -60,3 +60,18 @@ def test_the_queue_ramps_to_a_new_gain_over_one_block_and_holds_it():
     q.fill(out)
     q.fill(out)
     assert (out == 10000).all()
+
+
+def test_a_gain_set_while_nothing_plays_is_the_next_lines_level_at_once():
+    """A paced sink only fills while it has audio: a duck that ends after the robot's line
+    must not fade the next line in from the ducked level."""
+    q = _SegmentQueue(None)
+    q.set_gain(0.25)
+    q.add("a", np.full(100, 10000, np.int16), 100)
+    out = np.zeros(100, np.int16)
+    q.fill(out)
+    assert (out == 2500).all()  # ducked from its first sample: nothing played to ramp from
+    q.set_gain(1.0)  # the voice ended with the queue empty
+    q.add("b", np.full(100, 10000, np.int16), 100)
+    q.fill(out)
+    assert (out == 10000).all()

@@ -273,7 +273,7 @@ class Stream:
             trial.trace.append(f"{t - trial.onset_s:+.2f} {type(e).__name__} {what}")
             if isinstance(e, VoiceActivityEvent) and e.speaking and not e.resumed:
                 trial.voices_started += 1
-                if trial.voice_s is None:
+                if trial.voice_s is None and t >= trial.onset_s:  # (not an echo's before it)
                     trial.voice_s = t
             if isinstance(e, VoiceActivityEvent) and e.barge_in and trial.barge_in_s is None:
                 trial.barge_in_s = t

@@ -14,7 +14,7 @@ class CancelToken:
     """Generation-id cancellation: ``cancel()`` invalidates every turn started before it."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # (re-entered: ``begin`` calls ``current`` under it)
         self._generation = 0
         self._finished = -1  # the generation whose job ended (``finish``) before any cancel
 
@@ -33,8 +33,8 @@ class CancelToken:
     def begin(self) -> int:
         """The generation a job starts under (``current()``); clears the previous job's end, as
         jobs made between two cancels share a generation."""
-        generation = self.current()  # (not under the lock: a subclass pins what it is)
-        with self._lock:
+        with self._lock:  # one step: a cancel between the read and the clear would be lost
+            generation = self.current()  # (through current(): a subclass pins what it is)
             self._finished = -1
         return generation
 

@@ -313,8 +313,8 @@ class TtsNode(BoltLifecycleNode):
         if self._refused("teleop/say", msg.data):
             return
         turn_id = f"teleop-say-{next(self._teleop_ids)}"
-        self._duck(Ducking.restore)  # (it interrupts: heard at full level)
         self._speaker.say(turn_id, msg.data, True, interrupt=True)
+        self._duck(Ducking.restore)  # after the stop: the line it cut is not raised first
 
     def _on_stop(self, msg: String) -> None:
         self._speaker.stop(msg.data)
@@ -325,8 +325,13 @@ class TtsNode(BoltLifecycleNode):
             self._speaker.stop("", reason="barge-in")
         # a voice over the robot ducks it (a voice while it is silent does not: the reply
         # that follows must not start quiet)
-        speaking = msg.speaking and (self._ducking.ducked or any(self._speaker.queued()))
-        self._duck(lambda d: d.voice(speaking, msg.barge_in, time.monotonic()))
+        self._duck(
+            lambda d: d.voice(
+                msg.speaking and (d.ducked or any(self._speaker.queued())),
+                msg.barge_in,
+                time.monotonic(),
+            )
+        )  # (decided under the lock: a stop's restore in between must not be undone)
 
     def _duck_tick(self) -> None:
         self._duck(lambda d: d.tick(time.monotonic()))
@@ -346,9 +351,9 @@ class TtsNode(BoltLifecycleNode):
             goal_handle.abort()
             return Speak.Result(completed=False, spoken_text="")
         turn_id = f"speak-{uuid.uuid4().hex[:8]}"
-        if goal.interrupt:
-            self._duck(Ducking.restore)
         turn = self._speaker.say(turn_id, goal.text, True, interrupt=goal.interrupt)
+        if goal.interrupt:
+            self._duck(Ducking.restore)  # after the stop, as for teleop/say
         total, reported = max(1, len(split_sentences(goal.text))), -1
         while not turn.done.wait(0.05):
             if goal_handle.is_cancel_requested:

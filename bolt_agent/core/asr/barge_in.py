@@ -30,8 +30,8 @@ longer voice, the final transcript) until the answer is no longer ``UNDECIDED``:
 * the utterance is over, short, without a stop word and with fewer than ``interrupt_words``
   other words: ``BACKCHANNEL`` too. Whisper hears an espeak "yeah" as "fear" or "here", and a
   lone word over the robot ("fine", "blue") is a remark, not a request to stop (LiveKit's
-  ``min_interruption_words`` makes the same call). Set ``interrupt_words`` to 1 to stop on any
-  word;
+  ``min_interruption_words`` makes the same call). Set ``interrupt_words`` to 1 and
+  ``interrupt_confidence`` to 0 to stop on any word;
 * but first: words that follow one of the robot's latest lines (``robot_lines``), in order, for
   ``echo_share`` of them are its echo, leaked through the canceller (before it has converged,
   or past a loud start): ``ECHO``, never an interruption, whatever the voice's length. In

@@ -62,8 +62,13 @@ class _SegmentQueue:
 
     def set_gain(self, gain: float) -> None:
         """Scale what plays from the next block on (0..1), ramped over that block (a step
-        would click)."""
-        self._target_gain = min(1.0, max(0.0, float(gain)))  # (above 1 would wrap int16)
+        would click). With nothing queued it is the level at once: a sink that only fills while
+        it has audio would otherwise fade the next line in from the old level."""
+        gain = min(1.0, max(0.0, float(gain)))  # (above 1 would wrap int16)
+        with self._lock:
+            self._target_gain = gain
+            if not self._q:
+                self._gain = gain
 
     def add(self, tag: Hashable, data: np.ndarray, total: int) -> None:
         with self._lock:
@@ -87,12 +92,12 @@ class _SegmentQueue:
                 if seg.played >= len(seg.data):
                     self._q.popleft()
                     done.append(seg.tag)
+            gain, target = self._gain, self._target_gain
+            self._gain = target
         out[pos:] = 0
-        gain, target = self._gain, self._target_gain
         if pos and (gain != 1.0 or target != 1.0):
             ramp = np.linspace(gain, target, pos, dtype=np.float32)
             out[:pos] = np.round(out[:pos] * ramp).astype(np.int16)
-        self._gain = target
         for tag in done:
             if self._on_done:
                 self._on_done(tag)

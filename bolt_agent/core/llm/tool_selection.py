@@ -86,7 +86,9 @@ class ArgumentChoice:
 @dataclass(frozen=True)
 class Selection:
     option: Option
-    scores: dict[str, float]  # each option's (and argument value's) best description, by label
+    #: each label's best description for these words: every option's, and the argument
+    #: values' where they were scored (for this option, or an earlier one with the same words)
+    scores: dict[str, float]
     margin: float  # the winner's lead over the runner-up (log-probability)
     seconds: float  # scoring time (0 when cached)
     arguments: dict[str, Any] = field(default_factory=dict)  # open ones chosen by scores
