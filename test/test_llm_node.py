@@ -29,6 +29,12 @@ STORY = {
     "max_steps": "1",
     "model_sampling": "false",
 }
+# A turn still in progress when the test acts on it: a call is required, and the animation it
+# plays goes on until the test releases it (Recorder hold_animations). A story the model ended
+# with its first sentence left nothing to stop, and how long it runs depends on the CPU's draws:
+# on an Intel Xeon the bundled model ended each of three stories in 5 to 11 tokens.
+MOVING = {**STORY, "tool_choice": "required", "max_steps": "2"}
+LOOK = "Can you look around the room for me?"
 
 
 def test_speech_reaches_subscribers_before_every_tool_goal(node_process, unique_ns):
@@ -115,61 +121,41 @@ def test_dead_action_server_becomes_a_tool_error_and_the_turn_goes_on(node_proce
         assert llm.alive()
 
 
-def test_barge_in_cancels_generation_and_stops_speech(node_process, unique_ns):
-    start_llm(node_process, unique_ns, **STORY, diagnostics_period_s="0.3")
+def test_barge_in_cancels_the_turn_in_progress_and_stops_speech(node_process, unique_ns):
+    """A barge-in while the turn is in progress (the animation it called still playing) cancels
+    it: tts/stop, no end marker, counted; the node answers the next prompt."""
+    start_llm(node_process, unique_ns, **MOVING, diagnostics_period_s="0.3")
     with ros_node("barger", unique_ns) as (node, executor):
-        rec = Recorder(node)
+        rec = Recorder(node, hold_animations=True)
         vad = node.create_publisher(VoiceActivity, "asr/voice_activity", RELIABLE)
         tts_state = node.create_publisher(TtsState, "tts/state", LATCHED)
         diag = Diagnostics(node, unique_ns)
         wait_for_subscriber(executor, rec.prompt, timeout=60)
         wait_for_subscriber(executor, vad)
-        # the barge-in must land while the answer is generated: a story the model ends with
-        # its first sentence (its draws differ between CPUs) is over before it, so ask again
-        for n in range(1, 4):
-            tid = f"teleop-{n}"
-            rec.prompt.publish(String(data="Tell me a very long story about the sea."))
-            spin_until(executor, lambda t=tid: rec.spoken(t), 60, f"first sentence of {tid}")
-            vad.publish(VoiceActivity(utterance_id=f"u{n}", speaking=True, barge_in=True))
-            spin_until(
-                executor,
-                lambda t=tid: t in rec.stops or rec.turn_over(t),
-                10,
-                f"tts/stop for {tid} (or its end, had it ended before the barge-in)",
-            )
-            # a cancelled turn and a finished one both send their metrics; and the next prompt
-            # must not overtake this barge-in (two topics: no order between them) or the
-            # barge-in would cancel it
-            spin_until(
-                executor,
-                lambda t=tid: any(m.turn_id == t for m in rec.metrics),
-                10,
-                f"turn metrics of {tid}",
-            )
-            diag.wait(
-                executor, "llm_node", lambda _lv, _m, v, n=n: v.get("barge_ins_heard") == str(n), 10
-            )
-            if tid in rec.stops and not rec.turn_over(tid):
-                break  # (a stop with an end marker: the barge-in came as the turn ended)
-        else:
-            pytest.fail("three stories ended before the barge-in that followed their 1st sentence")
-        counts = diag.get("llm_node")[2]
-        assert int(counts["barge_ins_cancelled"]) >= 1, counts
+        tid = "teleop-1"
+        rec.prompt.publish(String(data=LOOK))
+        spin_until(executor, lambda: rec.goals, 60, f"the animation {tid} calls")
+        vad.publish(VoiceActivity(utterance_id="u1", speaking=True, barge_in=True))
+        spin_until(executor, lambda: tid in rec.stops, 10, f"tts/stop for {tid}")
+        spin_until(executor, lambda: any(m.turn_id == tid for m in rec.metrics), 10, "turn metrics")
+        diag.wait(executor, "llm_node", lambda _lv, _m, v: v.get("barge_ins_cancelled") == "1", 10)
         assert not rec.turn_over(tid)  # a cancelled turn sends no end marker
-        said = rec.spoken(tid)[0][1].text
+        said = " ".join(m.text for _, m in rec.spoken(tid))
         tts_state.publish(TtsState(turn_id=tid, spoken_text=said, interrupted=True))
         # the node keeps working after the interruption
+        rec.release()
         rec.prompt.publish(String(data="Are you still there?"))
-        spin_until(executor, lambda: rec.turn_over(f"teleop-{n + 1}"), 60, "next turn")
+        spin_until(executor, lambda: rec.turn_over("teleop-2"), 60, "next turn")
+        rec.close()
 
 
 def test_mute_cancels_the_turn_in_progress_and_its_repeats_cancel_nothing(node_process, unique_ns):
     """``teleop/mute`` true stops the turn being spoken (tts/stop, no end marker, metrics
     "cancelled"); a turn asked while muted runs unheard; mute true again (a latched publisher
     reaches both of llm_node's mute subscriptions, so every value comes twice) cancels nothing."""
-    llm = start_llm(node_process, unique_ns, **STORY)
+    llm = start_llm(node_process, unique_ns, **MOVING)
     with ros_node("muter", unique_ns) as (node, executor):
-        rec = Recorder(node)
+        rec = Recorder(node, hold_animations=True)
         mute = node.create_publisher(Bool, "teleop/mute", LATCHED)
         wait_for_subscriber(executor, rec.prompt, timeout=60)
         # both of llm_node's mute subscriptions: a latched one matched later gets the writer's
@@ -185,29 +171,26 @@ def test_mute_cancels_the_turn_in_progress_and_its_repeats_cancel_nothing(node_p
             )
             return next(m.outcome for m in rec.metrics if m.turn_id == turn)
 
-        # the turn in progress: cancelled at the mute, speech stopped
-        for n in range(1, 4):
-            tid = f"teleop-{n}"
-            rec.prompt.publish(String(data="Tell me a very long story about the sea."))
-            spin_until(executor, lambda t=tid: rec.spoken(t), 60, f"first sentence of {tid}")
-            mute.publish(Bool(data=True))
-            logged("teleop mute ON", n)
-            if outcome(tid) == "cancelled":
-                break
-            mute.publish(Bool(data=False))  # the story ended before the mute: again
-            logged("teleop mute off", n)
-        else:
-            pytest.fail("three stories ended before the mute that followed their 1st sentence")
-        assert tid in rec.stops and not rec.turn_over(tid), (rec.stops, llm.log()[-3000:])
+        # the turn in progress (its animation playing): cancelled at the mute, speech stopped
+        n, tid = 1, "teleop-1"
+        rec.prompt.publish(String(data=LOOK))
+        spin_until(executor, lambda: rec.goals, 60, f"the animation {tid} calls")
+        mute.publish(Bool(data=True))
+        logged("teleop mute ON")
+        assert outcome(tid) == "cancelled", llm.log()[-3000:]
+        spin_until(executor, lambda: tid in rec.stops, 10, f"tts/stop for {tid}")
+        assert not rec.turn_over(tid), (rec.stops, llm.log()[-3000:])
+        rec.release()
         # muted: the next turn runs unheard, and a repeated mute does not cancel it
         muted_turn = f"teleop-{n + 1}"
-        rec.prompt.publish(String(data="Tell me a very long story about the sea."))
+        rec.prompt.publish(String(data=LOOK))
         logged(f"teleop/prompt: turn {muted_turn}")
         mute.publish(Bool(data=True))
         assert outcome(muted_turn) == "ok"
         assert rec.spoken(muted_turn) == [] and muted_turn not in rec.stops
         mutes = [line for line in llm.log().splitlines() if "teleop mute" in line]
         assert llm.log().count("teleop mute ON") == n, mutes  # one per change, not per copy
+        rec.close()
     assert llm.alive()
 
 
@@ -259,30 +242,28 @@ def test_reset_service_starts_a_new_conversation(node_process, unique_ns):
 
 
 def test_cancel_service_stops_the_turn_in_progress(node_process, unique_ns):
-    """``llm/cancel`` (std_srvs/Trigger): the running turn stops (tts/stop, no end marker),
-    the answer names it; with nothing running it says so; the node answers on."""
-    llm = start_llm(node_process, unique_ns, **STORY)
+    """``llm/cancel`` (std_srvs/Trigger): the running turn (its animation playing) stops
+    (tts/stop, no end marker), the answer names it; with nothing running it says so; the node
+    answers on."""
+    llm = start_llm(node_process, unique_ns, **MOVING)
     with ros_node("canceller", unique_ns) as (node, executor):
-        rec = Recorder(node, serve_animation=False)
+        rec = Recorder(node, hold_animations=True)
         wait_for_subscriber(executor, rec.prompt, timeout=60)
         call = trigger_caller(node, executor, "llm/cancel", llm)
 
         idle = call()
         assert not idle.success and idle.message == "no turn in progress", idle
-        for n in range(1, 4):  # a story the model ends with its first sentence is over too soon
-            tid = f"teleop-{n}"
-            rec.prompt.publish(String(data="Tell me a very long story about the sea."))
-            spin_until(executor, lambda t=tid: rec.spoken(t), 60, f"first sentence of {tid}")
-            answer = call()
-            if answer.success:
-                break
-        else:
-            pytest.fail("three stories ended before the cancel that followed their 1st sentence")
-        assert answer.message == f"cancelled turn {tid}", answer
+        tid = "teleop-1"
+        rec.prompt.publish(String(data=LOOK))
+        spin_until(executor, lambda: rec.goals, 60, f"the animation {tid} calls")
+        answer = call()
+        assert answer.success and answer.message == f"cancelled turn {tid}", answer
         spin_until(executor, lambda: tid in rec.stops, 10, "tts/stop for the cancelled turn")
         assert not rec.turn_over(tid)
+        rec.release()
         rec.prompt.publish(String(data="Are you still there?"))
-        spin_until(executor, lambda: rec.turn_over(f"teleop-{n + 1}"), 60, "next turn")
+        spin_until(executor, lambda: rec.turn_over("teleop-2"), 60, "next turn")
+        rec.close()
     assert llm.alive()
 
 

@@ -24,6 +24,8 @@ from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 from rclpy.utilities import remove_ros_args
 
+from bolt_agent.nodes.executor import SubmitOnceExecutor
+
 
 def bring_up(node: Node) -> bool:
     """configure + activate a lifecycle node whose ``autostart`` is true; False on failure."""
@@ -53,8 +55,9 @@ def executor_threads(n_nodes: int) -> int:
 
 
 def make_executor(nodes: Sequence[Node], num_threads: int | None = None) -> MultiThreadedExecutor:
-    """A multi-threaded executor (``executor_threads`` unless told), with ``nodes`` added."""
-    executor = MultiThreadedExecutor(num_threads=num_threads or executor_threads(len(nodes)))
+    """A multi-threaded executor (``executor_threads`` unless told), with ``nodes`` added: rclpy's,
+    less its re-submission of queued callbacks (``nodes/executor.py``)."""
+    executor = SubmitOnceExecutor(num_threads=num_threads or executor_threads(len(nodes)))
     for node in nodes:
         executor.add_node(node)
     return executor

@@ -323,23 +323,19 @@ class TtsNode(BoltLifecycleNode):
     def _on_voice(self, msg: VoiceActivity) -> None:
         if msg.barge_in and msg.speaking and not msg.resumed and self.params.stop_on_barge_in:
             self._speaker.stop("", reason="barge-in")
-        # a voice over the robot ducks it (a voice while it is silent does not: the reply
-        # that follows must not start quiet)
+        # only a voice over the robot ducks it (the reply that follows must not start quiet)
         self._duck(
-            lambda d: d.voice(
-                msg.speaking and (d.ducked or any(self._speaker.queued())),
-                msg.barge_in,
-                time.monotonic(),
-            )
-        )  # (decided under the lock: a stop's restore in between must not be undone)
+            lambda d: d.voice(msg.speaking and self._over(d), msg.barge_in, time.monotonic())
+        )
+
+    def _over(self, ducking: Ducking) -> bool:
+        return ducking.ducked or any(self._speaker.queued())
 
     def _duck_tick(self) -> None:
         self._duck(lambda d: d.tick(time.monotonic()))
 
     def _duck(self, change: Callable[[Ducking], float | None]) -> None:
-        """Change the duck and apply the gain it gives, under one lock: the Speak action runs
-        beside the topic callbacks, and a restore applied before a duck it overtook would
-        leave the robot quiet."""
+        """Change the duck and apply its gain under one lock (the Speak action runs beside)."""
         with self._duck_lock:
             gain = change(self._ducking)
             if gain is not None and self._sink is not None:

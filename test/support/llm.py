@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 
-from rclpy.action import ActionServer
+import rclpy
+from rclpy.action import ActionServer, CancelResponse
 from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.executors import MultiThreadedExecutor
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
@@ -35,9 +38,19 @@ def start_llm(node_process, ns: str, **params):
 class Recorder:
     """Test-side node: SpokenText subscriber, PlayAnimation server, prompt publisher."""
 
-    def __init__(self, node, serve_animation: bool = True, animation_ok: bool = True):
+    def __init__(
+        self,
+        node,
+        serve_animation: bool = True,
+        animation_ok: bool = True,
+        hold_animations: bool = False,
+    ):
         self.node = node
         self.animation_ok = animation_ok  # False: every animation fails ("the head is stuck")
+        #: True: every animation goes on until ``release()`` or a cancel (the robot still
+        #: moving): the turn that called it is in progress until then, whatever the model said
+        self.hold_animations = hold_animations
+        self._released = threading.Event()
         self.said: list[tuple[float, SpokenText]] = []
         self.goals: list[tuple[float, PlayAnimation.Goal]] = []
         self.tool_events: list[dict] = []
@@ -57,20 +70,46 @@ class Recorder:
         node.create_subscription(TurnMetrics, "bolt/turn_metrics", self.metrics.append, RELIABLE)
         node.create_subscription(String, "tts/stop", lambda m: self.stops.append(m.data), RELIABLE)
         self.prompt = node.create_publisher(String, "teleop/prompt", RELIABLE)
+        self._server_executor = None
         if serve_animation:
+            server_node = node
+            if hold_animations:  # its own threads: a held goal must not block the test's spin
+                server_node = rclpy.create_node(
+                    f"{node.get_name()}_animation",
+                    namespace=node.get_namespace(),
+                    context=node.context,
+                )
+                self._server_executor = MultiThreadedExecutor(num_threads=2, context=node.context)
+                self._server_executor.add_node(server_node)
+                threading.Thread(target=self._server_executor.spin, daemon=True).start()
             self.server = ActionServer(
-                node,
+                server_node,
                 PlayAnimation,
                 "animation/play",
                 self._execute,
                 callback_group=ReentrantCallbackGroup(),
+                cancel_callback=lambda _goal: CancelResponse.ACCEPT,
             )
 
     def _said(self, msg: SpokenText) -> None:
         self.said.append((time.monotonic(), msg))
 
+    def release(self) -> None:
+        """Let held animations (and every later one) finish."""
+        self._released.set()
+
+    def close(self) -> None:
+        """Stop the held animations' executor (before the test's context goes down)."""
+        self._released.set()
+        if self._server_executor is not None:
+            self._server_executor.shutdown()
+
     def _execute(self, goal_handle):
         self.goals.append((time.monotonic(), goal_handle.request))
+        while self.hold_animations and not self._released.wait(0.02):
+            if goal_handle.is_cancel_requested:
+                goal_handle.canceled()
+                return PlayAnimation.Result(success=False, message="cancelled")
         goal_handle.succeed()
         if not self.animation_ok:
             return PlayAnimation.Result(success=False, message="the head is stuck")
