@@ -7,6 +7,7 @@ the node under test: the cheapest one that publishes on every topic type the sta
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import time
 
@@ -46,8 +47,11 @@ def lifecycle(*args: str) -> subprocess.CompletedProcess:
 def lifecycle_until(node: str, transition: str, deadline_s: float = 60.0) -> None:
     """`ros2 lifecycle set NODE TRANSITION`, retried until the node's services are up."""
     deadline = time.monotonic() + deadline_s
-    while True:
-        result = lifecycle("set", node, transition)
+    for attempt in itertools.count():
+        # every other try without the ros2 daemon: once, in a Jazzy run of several test files,
+        # the daemon answered "Node not found" for 60 s while the node was up
+        alone = ("--no-daemon", "--spin-time", "2") if attempt % 2 else ()
+        result = lifecycle("set", *alone, node, transition)
         if result.returncode in (0, HUNG) and "Transitioning successful" in result.stdout:
             return
         assert time.monotonic() < deadline, result.stdout + result.stderr

@@ -160,7 +160,9 @@ def test_server_killed_mid_turn_is_answered_by_the_local_fallback(tmp_path):
         result = runner.run(req, sink)
         assert srv.proc.poll() is not None
         assert engine.fallbacks >= 1 and reasons and "dropped" in reasons[0]
-        assert not result.cancelled and result.tool_calls and result.spoken_text
+        # answered to its end by the local engine (whether the model then calls a tool is its
+        # own draw: on an Intel Xeon the bundled model spoke on and called none)
+        assert not result.cancelled and result.spoken_text
         assert sink.kinds()[0] == "sentence"
         # the next turn tries the server again: restarted on the same port, it answers
         before = engine.fallbacks

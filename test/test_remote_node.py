@@ -98,10 +98,12 @@ def test_node_on_the_server_then_on_the_fallback_when_it_dies(
         prompt.publish(String(data="Please look around again."))
         spin_until(ex, lambda: over("teleop-2"), 120, lambda: f"turn 2\n{llm.log()[-3000:]}")
         assert [m for _, m in said if m.turn_id == "teleop-2" and m.text]
+        # one fallback per decode: the reply guard samples a repeated first sentence again,
+        # and each try asks the server first (on an Intel Xeon the turn took three)
         _, _, values = diag.wait(
-            ex, "llm_node", lambda lv, msg, v: v.get("remote_fallbacks") == "1", 10, [llm]
+            ex, "llm_node", lambda lv, msg, v: int(v.get("remote_fallbacks", 0)) >= 1, 30, [llm]
         )
-        assert values.get("failures.remote_fallback") == "1"
+        assert values.get("failures.remote_fallback") == values["remote_fallbacks"]
         spin_until(ex, lambda: "teleop-2" in metrics, 10, "turn 2's metrics")
         assert metrics["teleop-2"].outcome == "ok"  # answered, by the local engine
         assert metrics["teleop-2"].network_ttft_s == 0.0
