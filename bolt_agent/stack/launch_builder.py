@@ -1,16 +1,9 @@
 """Builds the ROS 2 launch description from ``launch_plan`` (imports `launch` lazily).
 
 Works with `ros2 launch` on Humble and Jazzy: the node set is decided in an OpaqueFunction from
-the launch arguments; lifecycle nodes configure + activate themselves (parameter ``autostart``,
-from the ``autostart`` argument: with false they wait unconfigured for ``ros2 lifecycle set``), and
-``ros2 lifecycle`` can drive them afterwards.
-
-Every node is a plain ``launch_ros.actions.Node``, lifecycle ones too. ``LifecycleNode`` would
-only add launch-side transition events (this description drives none), and it starts an rclpy
-node in the launch process, whose shutdown joins that node's spin thread from launch's event
-loop. Twice in CI (Jazzy, then Kilted) ``ros2 launch`` acknowledged Ctrl-C, every node exited,
-and launch itself went on for 10-35 s until killed; never reproduced locally, so that join is a
-suspect, not a proven cause, and without the rclpy node the path is gone.
+the launch arguments; lifecycle nodes use ``launch_ros.actions.LifecycleNode`` and configure +
+activate themselves (parameter ``autostart``, from the ``autostart`` argument: with false they wait
+unconfigured for ``ros2 lifecycle set``), and ``ros2 lifecycle`` can drive them afterwards.
 
 Each node gets, in this order (later wins): the installed ``config/params/<node>.yaml`` (keyed
 ``/**/<node>:``, so it applies under any namespace), the values the arguments give (the node
@@ -42,7 +35,7 @@ def generate(only: list[str] | None = None):
 def _actions(context, only):
     from ament_index_python.packages import get_package_share_directory
     from launch.actions import ExecuteProcess
-    from launch_ros.actions import Node
+    from launch_ros.actions import LifecycleNode, Node
     from launch_ros.substitutions import ExecutableInPackage
 
     from bolt_agent.nodes.runtime import EXIT_ON_FAILURE
@@ -74,8 +67,11 @@ def _actions(context, only):
             "respawn_delay": respawn_delay,
             "emulate_tty": True,
         }
-        exit_flag = [EXIT_ON_FAILURE] if plan.lifecycle and truthy(args["exit_on_failure"]) else []
-        actions.append(Node(arguments=exit_flag, **common))
+        if plan.lifecycle:
+            exit_flag = [EXIT_ON_FAILURE] if truthy(args["exit_on_failure"]) else []
+            actions.append(LifecycleNode(arguments=exit_flag, **common))
+        else:
+            actions.append(Node(**common))
     if args["robot"].strip() == "reachy_mini_sim" and (only is None or "animation_node" in only):
         # Pollen's daemon in MuJoCo; the node connects once it answers (and stops with launch)
         cmd = [ExecutableInPackage("bolt-agent", PACKAGE), "reachy-sim", "--port"]
