@@ -317,7 +317,8 @@ class Ros2Launch:
             ["ros2", "launch", *self.args],
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env=ros2_env(),
+            # SIGABRT makes Python print every thread's stack (stop(): where a hang is)
+            env=ros2_env({"PYTHONFAULTHANDLER": "1"}),
             start_new_session=True,
             preexec_fn=default_signals,
         )
@@ -416,8 +417,12 @@ class Ros2Launch:
             with contextlib.suppress(psutil.NoSuchProcess):
                 names.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
                 p.kill()
-        if self.proc.poll() is None:
-            names.append(f"{self.proc.pid} ros2 launch")
+        if self.proc.poll() is None:  # its stacks into the log first (a rare hang: where?)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5.0)
+            names.append(f"{self.proc.pid} ros2 launch; its log ends:\n{self.log()[-3000:]}")
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
