@@ -40,7 +40,6 @@ class SubmitOnceExecutor(MultiThreadedExecutor):
         super().__init__(num_threads=num_threads, context=context)
         self._queued: set[Any] = set()  # submitted to the pool, not started
         self._started = threading.Condition()
-        self.resubmissions_avoided = 0
 
     def _spin_once_impl(
         self,
@@ -60,7 +59,6 @@ class SubmitOnceExecutor(MultiThreadedExecutor):
             return
         with self._started:
             if handler in self._queued:  # waiting for a thread already: let one take it
-                self.resubmissions_avoided += 1
                 self._started.wait_for(lambda: handler not in self._queued, QUEUED_WAIT_S)
                 return
             self._queued.add(handler)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -10,7 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from support.ros_helpers import default_signals
+from support.ros_helpers import abort_for_stacks, default_signals
 
 
 def _stat(pid: int) -> list[str] | None:
@@ -123,9 +122,7 @@ class Launch:
         left = {p: cmdline(p)[:4] for p in self.children() if running(p)}
         self._log.write(f"\n[test] still running after SIGINT: {left}\n".encode())
         self._log.flush()
-        os.kill(self.proc.pid, signal.SIGABRT)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=5.0)
+        abort_for_stacks(self.proc)
 
     def kill(self) -> None:
         """Teardown after a failure: nothing may outlive the test."""

@@ -299,6 +299,15 @@ class LaunchStop:
         assert self.elapsed_s <= self.timeout_s, f"stopped only after {self.elapsed_s:.1f}s"
 
 
+def abort_for_stacks(proc: subprocess.Popen) -> None:
+    """SIGABRT to a hung ``ros2 launch`` started with ``PYTHONFAULTHANDLER=1``: Python prints
+    every thread's stack into its log (where the hang is), then it has 5 s to end."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGABRT)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5.0)
+
+
 class Ros2Launch:
     """``ros2 launch ARGS`` in its own process group (output to ``log_path``).
 
@@ -418,10 +427,7 @@ class Ros2Launch:
                 names.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
                 p.kill()
         if self.proc.poll() is None:  # its stacks into the log first (a rare hang: where?)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signal.SIGABRT)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=5.0)
+            abort_for_stacks(self.proc)
             names.append(f"{self.proc.pid} ros2 launch; its log ends:\n{self.log()[-3000:]}")
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
