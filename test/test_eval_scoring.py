@@ -89,6 +89,22 @@ def test_copies_repeats_persona_facts_and_no_tool():
     assert figures["distinct_sentence_rate"] == pytest.approx(4 / 5)
     records[3].session = 1
     assert score(requests, records)["distinct_sentence_rate"] == 1.0
+    # "Sure." opens 2 of the 4 replies
+    assert (figures["same_opening_word"], figures["same_opening_rate"]) == ("sure", 0.5)
+
+
+def test_the_same_opening_word_counts_replies_not_sentences():
+    from bolt_agent.core.llm.evaluation import same_opening
+
+    records = [
+        TurnRecord("a", ["Yes,", "a nod."]),
+        TurnRecord("b", ["Yes, I can look."]),
+        TurnRecord("c", ["Hello!", "Yes."]),
+        TurnRecord("d", []),  # silent: not a reply that opens with anything
+        TurnRecord("e", ["Yes!"], error="timed out"),
+    ]
+    assert same_opening(records) == ("yes", pytest.approx(2 / 3))
+    assert same_opening([]) is None
 
 
 def test_call_matching_compares_items_by_their_words():

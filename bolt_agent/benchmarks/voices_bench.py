@@ -20,6 +20,7 @@ Reported per voice: paused sentences kept whole, the last voiced sample → fina
 (p50, p90), false endpoints, the WER of the finals and of raw whisper on each whole utterance.
 
     python -m bolt_agent.benchmarks.voices_bench [--out bench_out/voices.json] [--quick]
+        [--asr-speed 5]
 """
 
 from __future__ import annotations
@@ -52,12 +53,12 @@ class Said:
 class _VoiceRun:
     """One voice's continuous stream through the listener, on the stream's clock."""
 
-    def __init__(self, whisper: Any, params: Any, hint: Any) -> None:
+    def __init__(self, whisper: Any, params: Any, hint: Any, asr_speed: float = 1.0) -> None:
         from bolt_agent.core.asr.listener import Listener
         from bolt_agent.core.asr.vad_segmenter import VadSegmenter
 
         self.pos = 0
-        self.runner = VirtualRunner(lambda: self.pos / SAMPLE_RATE)
+        self.runner = VirtualRunner(lambda: self.pos / SAMPLE_RATE, asr_speed)
         self.events: list[tuple[float, Any]] = []
         self._hint = hint
         self.listener = Listener(
@@ -95,7 +96,12 @@ class _VoiceRun:
         ]
 
 
-def run(quick: bool = False, trust_confidence: float | None = None, log=print) -> dict[str, Any]:
+def run(
+    quick: bool = False,
+    trust_confidence: float | None = None,
+    log=print,
+    asr_speed: float = 1.0,
+) -> dict[str, Any]:
     from bolt_agent.benchmarks.voice_loop import PAUSE_UTTERANCES, UTTERANCES, percentile
     from bolt_agent.core.llm.chat_template import Knobs
     from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
@@ -138,7 +144,7 @@ def run(quick: bool = False, trust_confidence: float | None = None, log=print) -
             gap = np.zeros(int(PAUSE_S * SAMPLE_RATE), np.float32)
             audio = np.concatenate([trim(speak(voice, head)), gap, trim(speak(voice, rest))])
             items.append(Said(f"{head} {rest}", audio, paused=True))
-        run_ = _VoiceRun(whisper, ap, hint)
+        run_ = _VoiceRun(whisper, ap, hint, asr_speed)
         raw_wer, final_wer, delays, whole = [], [], [], []
         false_endpoints = 0
         for item in items:
@@ -208,9 +214,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="2 voices, 3 + 3 utterances")
     ap.add_argument("--trust-confidence", type=float, default=None,
                     help="asr_node's end_of_turn_trust_confidence for this run")  # fmt: skip
+    ap.add_argument("--asr-speed", type=float, default=1.0,
+                    help="a model, not a measurement: whisper's time here divided by this "
+                    "(echo_bench's --asr-speed)")  # fmt: skip
     args = ap.parse_args(argv)
-    result = run(quick=args.quick, trust_confidence=args.trust_confidence)
+    result = run(quick=args.quick, trust_confidence=args.trust_confidence, asr_speed=args.asr_speed)
     result["end_of_turn_trust_confidence"] = args.trust_confidence
+    result["asr_speed"] = args.asr_speed
     write_table_report(Path(args.out), result, table(result))
     return 0
 

@@ -8,7 +8,8 @@ Without ``--profile`` every profile with request sets in ``config/eval/dev`` and
 is what examples, descriptions and thresholds may be tuned on; the test split is held out and
 reported on its own row. Prints, per profile and split, the right tool and argument on tool
 requests, no tool on chit-chat and persona questions, persona facts named, replies copying the
-user, distinct sentences per 12-turn conversation, speakable sentences, speech before goal and
+user, distinct sentences per 12-turn conversation, replies opening with the most common first
+word, speakable sentences, speech before goal and
 mean turn tokens; writes everything (each turn's sentences and calls too) to the JSON.
 
 ``--param`` sets an llm_node parameter over the set's ``params:`` (``--param
@@ -33,6 +34,7 @@ FIGURES = (
     ("persona_fact_rate", "persona facts"),
     ("copy_rate", "copies user"),
     ("distinct_sentence_rate", "distinct sentences"),
+    ("same_opening_rate", "same opening word"),
     ("speakable_sentence_rate", "speakable"),
     ("speech_before_goal_rate", "speech before goal"),
 )

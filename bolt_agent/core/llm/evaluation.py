@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from bolt_agent.core.llm.reply_guard import copied_share, sentence_key
+from bolt_agent.core.llm.reply_guard import copied_share, sentence_key, words
 from bolt_agent.core.llm.speakable import is_speakable
 from bolt_agent.core.paths import config_dir
 
@@ -151,6 +151,17 @@ def distinct_sentence_rate(records: list[TurnRecord]) -> float | None:
     return distinct / total if total else None
 
 
+def same_opening(records: list[TurnRecord]) -> tuple[str, float] | None:
+    """The first word replies open with most often, and the share of replies (with words) that
+    open with it: "6 of 7 requests begin with 'Yes,'" is a reply that sounds canned, however
+    distinct the sentences after it are."""
+    firsts = [w[0] for r in records if not r.error and (w := words(" ".join(r.sentences)))]
+    if not firsts:
+        return None
+    word = max(dict.fromkeys(firsts), key=firsts.count)
+    return word, firsts.count(word) / len(firsts)
+
+
 def mentions(request: EvalRequest, sentences: list[str]) -> bool:
     said = set(sentence_key(" ".join(sentences)).split())
     return any(w in said or w.rstrip("s") in said for w in request.mentions)
@@ -158,7 +169,8 @@ def mentions(request: EvalRequest, sentences: list[str]) -> bool:
 
 def score(requests: tuple[EvalRequest, ...], records: list[TurnRecord]) -> dict[str, Any]:
     """Tool-choice accuracy (all requests; tool requests; no tool for chit-chat and persona),
-    persona facts, copies, distinct sentences, speakable sentences, speech before goals, mean
+    persona facts, copies, distinct sentences, replies opening with the same word, speakable
+    sentences, speech before goals, mean
     turn tokens (rates in 0..1; None where there was nothing to count)."""
     right = [call_matches(q, r.calls) for q, r in zip(requests, records)]
     pairs = list(zip(requests, records, right))
@@ -169,6 +181,7 @@ def score(requests: tuple[EvalRequest, ...], records: list[TurnRecord]) -> dict[
         call_matches(_words_only(q), r.calls) for q, r in zip(requests, records)
     ]
     sentences = [s for r in records for s in r.sentences]
+    opening = same_opening(records)
     speakable = [s for s in sentences if is_speakable(s)]
     with_goal = [r for r in records if r.speech_before_goal is not None]
     tokens = [r.completion_tokens for r in records if not r.error]
@@ -186,6 +199,8 @@ def score(requests: tuple[EvalRequest, ...], records: list[TurnRecord]) -> dict[
         ),
         "copy_rate": _rate([copies(q.text, r.sentences) for q, r, _ in pairs if not r.error]),
         "distinct_sentence_rate": distinct_sentence_rate([r for r in records if not r.error]),
+        "same_opening_rate": opening[1] if opening else None,
+        "same_opening_word": opening[0] if opening else None,
         "silent_turns": sum(not r.sentences and not r.error for r in records),
         "tool_choice_by_tool": {k: sum(v) / len(v) for k, v in by_tool.items()},
         "tool_name_accuracy": sum(named) / len(named) if named else None,
