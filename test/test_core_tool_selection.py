@@ -188,6 +188,27 @@ def test_copied_share_counts_the_users_words_in_order():
     assert guard.problem("Yes.", "Yes", []) is None  # too short a request to copy
 
 
+def test_the_first_token_steers_clear_of_recent_openers(reachy):
+    scripts = ["Yes, a happy nod.", "I can look around for you.", "Thank you, kind one.", "Sure."]
+    engine, runner = runner_for(
+        reachy, scripts, None, ReplyGuard(), first_clause_chars=3, resample_tries=1
+    )
+    said = []
+    for i, words in enumerate(("nod", "look", "thank you kindly")):
+        sink = RecordingSink()
+        runner.run(TurnRequest(f"t{i}", words, OFF), sink)
+        said.append([e[2] for e in sink.events if e[0] == "sentence"])
+    # turn 1 has nothing to avoid; turns 2 and 3 avoid turn 1's "Yes," (a first piece of more
+    # words, "I can look around for you.", is something said, not a habit). Turn 3's first
+    # try copies the user ("Thank you,"): kept back, and its second try avoids that too
+    assert engine.avoided == [["Yes,"], ["Yes,"], ["Yes,", "Thank you,"]]
+    assert said[2] == ["Sure."]
+    assert ReplyGuard().openers(["Yes,", "Aye.", "Yes,", "I can look around.", ""]) == [
+        "Yes,",
+        "Aye.",
+    ]
+
+
 def test_a_copied_first_sentence_is_sampled_again_and_never_spoken(reachy):
     scripts = ["Thank you, that was lovely.", "You are very welcome."]
     engine, runner = runner_for(reachy, scripts, None, ReplyGuard())

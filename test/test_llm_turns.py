@@ -386,3 +386,20 @@ def test_nearest_example_is_in_the_turns_prompt_only_and_the_blacksmith_sells_ca
     assert calls
     for _, _, arguments in calls:
         assert arguments.get("item", "iron sword") in names, arguments
+
+
+def test_a_session_steers_its_next_token_away_from_what_it_is_told_to_avoid(engine):
+    greedy = SamplingParams(temperature=0.0)
+    prompt = "User: Hello there!\nRobot: Hello, friend!\nUser: Can you nod?\nRobot:"
+    first = engine.start(prompt).sample(greedy)
+    assert first.text.strip()  # " Can": the spoken piece ("Can,") has no leading space
+    steered = engine.start(prompt)
+    steered.avoid([first.text.strip() + ","])  # an opener as the guard hands it over ("Yes,")
+    second = steered.sample(greedy)
+    assert second.id != first.id and not second.is_eog
+    # only the next token: the mask is gone after it, and an avoided token that was not the
+    # model's choice changes nothing
+    assert steered._avoid == set()
+    other = engine.start(prompt)
+    other.avoid(["Zebra"])
+    assert other.sample(greedy).id == first.id

@@ -200,7 +200,8 @@ class LlmParams:
     reply_guard: bool = param(
         True,
         "keep back a sentence that copies reply_copy_limit of the user's words or repeats one "
-        "of the last 12 turns: a first sentence is sampled again, a later one left out",
+        "of the last 12 turns (a first sentence is sampled again, a later one left out), and "
+        "steer a turn's first token away from the openers those turns began with",
         load_time=True,
     )
     reply_copy_limit: float = param(

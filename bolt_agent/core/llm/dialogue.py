@@ -96,6 +96,14 @@ class Dialogue:
         """The sentences spoken in the last ``turns`` turns (the current one's steps so far)."""
         return [s for turn in self.turns[-turns:] for step in turn.steps for s in step.spoken]
 
+    def recent_first_pieces(self, turns: int = 12) -> list[str]:
+        """What each of the last ``turns`` turns said first (turns that said something)."""
+        return [
+            turn.steps[0].spoken[0]
+            for turn in self.turns[-turns:]
+            if turn.steps and turn.steps[0].spoken
+        ]
+
     def preview(
         self, user_text: str, scene: str | None = None, nearest: bool = True
     ) -> list[dict[str, Any]]:

@@ -45,6 +45,7 @@ class ScriptedEngine(TextEngine):
         #: none); every call is kept in ``scored``
         self.channel: Callable[[list[str], str], list[float] | None] | None = None
         self.scored: list[tuple[list[str], str]] = []
+        self.avoided: list[list[str]] = []  # each session's ``avoid`` call
         #: a prefix cache in text: the last prompt started, prefilled or probed
         self.cached = ""
 
@@ -107,6 +108,10 @@ class _ScriptedSession(DecodeSession):
         self.stats.generated += 1
         self._n_past += 1
         return Token(id=self.stats.generated, text=self._pieces.pop(0))
+
+    def avoid(self, texts: Sequence[str]) -> None:
+        """Recorded (``ScriptedEngine.avoided``): a script says what it says."""
+        self._engine.avoided.append(list(texts))
 
     def force(self, text: str) -> list[Token]:
         """Take `text`; if the script contains it later, the model "continues" after it."""

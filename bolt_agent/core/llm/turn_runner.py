@@ -485,6 +485,13 @@ class TurnRunner:
         )
         if prefill_thinking:
             session.force(THINK_OPEN)
+        elif self.guard is not None and result.steps == 0:
+            # the first answer token steers clear of the openers recent turns began with (and,
+            # when the step is sampled again, of those its earlier tries began with)
+            recent = self.dialogue.recent_first_pieces(cfg.guard_turns)
+            openers = self.guard.openers([*recent, *result.rejected])
+            if openers:
+                session.avoid(openers)
         budget = knobs.thinking_token_budget  # per turn, across steps
         cap = cfg.max_thinking_tokens if budget is None or budget < 0 else budget
         cap -= result.thinking_tokens

@@ -85,6 +85,12 @@ class DecodeSession(ABC):
     def force(self, text: str) -> list[Token]:
         """Feed `text` as if the model had generated it (e.g. an end-of-thinking marker)."""
 
+    def avoid(self, texts: Sequence[str]) -> None:  # noqa: B027 (optional hook)
+        """Steer the next sampled token away from the first token of each of ``texts`` (the
+        reply guard's openers of recent turns). An engine that cannot (a server, a
+        speculative decoder that samples inside its drafter) ignores it; the guard still
+        catches a repeat after it is decoded."""
+
     @property
     @abstractmethod
     def n_past(self) -> int:

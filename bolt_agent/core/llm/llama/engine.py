@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import logging
+import math
 import os
 import threading
 import time
@@ -285,6 +286,7 @@ class LlamaSession(DecodeSession):
 
         self._is_eog = capi.llama_vocab_is_eog
         self._checkpointed = False
+        self._avoid: set[int] = set()  # token ids the next sample may not be (``avoid``)
         # the last sampled token, handed out before its forward pass: the pass runs when the
         # next token is asked for (or text is forced), so the caller gets each token one decode
         # step sooner (the first clause reaches the TTS ~25 ms earlier); never run when the
@@ -399,6 +401,8 @@ class LlamaSession(DecodeSession):
         if llm.n_tokens >= llm.n_ctx():
             return Token(id=-1, text="", is_eog=True)
         t0 = time.monotonic()
+        if self._avoid:
+            self._mask_avoided(llm._ctx.ctx)
         token = self._sampler(sampling, grammar).sample(llm._ctx.ctx)
         if self.stats.first_token_at is None:
             self.stats.first_token_at = time.monotonic()
@@ -408,6 +412,28 @@ class LlamaSession(DecodeSession):
         self._pending = token
         self.stats.generated += 1
         return Token(id=token, text=self._text(token))
+
+    def avoid(self, texts: Sequence[str]) -> None:
+        """The first token of each text, with and without a leading space, is masked for the
+        next sample only (a local session without a drafter: the drafter samples on its
+        own)."""
+        if self._spec:
+            return
+        for text in texts:
+            for spelling in (text.strip(), " " + text.strip()):
+                ids = self._llm.tokenize(spelling.encode(), add_bos=False, special=False)
+                if ids:
+                    self._avoid.add(ids[0])
+
+    def _mask_avoided(self, ctx) -> None:
+        """-inf into the context's logits row, which both samplers read (the plain chain
+        through ``llama_sampler_sample``, the grammar's fallback directly)."""
+        from llama_cpp import llama_cpp as capi
+
+        logits = capi.llama_get_logits_ith(ctx, -1)
+        for token in self._avoid:
+            logits[token] = -math.inf
+        self._avoid = set()
 
     def force(self, text: str) -> list[Token]:
         tokens = self._engine.tokenize(text)
