@@ -14,6 +14,12 @@ words in them, in 3 of 8 runs.
 
 Here a callback already queued is not queued again: the spin thread waits, without the GIL,
 until a pool thread has taken it (or 50 ms, then looks for other work).
+
+It also survives an entity destroyed while the spin thread builds its wait set (rclpy#1385,
+open): a lifecycle ``cleanup``, run on a pool thread, destroys the node's action server, and
+the spin thread, between listing the node's waitables and adding them, raised "action server
+pointer is invalid". That ended the executor and the node (test_lifecycle_gate, 1 run in
+about 10). The wait is simply built again without it.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import rclpy.logging
 from rclpy.executors import (
     ConditionReachedException,
     ExternalShutdownException,
@@ -29,8 +36,16 @@ from rclpy.executors import (
     ShutdownException,
     TimeoutException,
 )
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 
 QUEUED_WAIT_S = 0.05  # how long the spin thread waits for a queued callback to start
+#: waits in a row that may fail on a destroyed entity before the error is taken as real
+MAX_DESTROYED_IN_A_ROW = 100
+
+
+def _destroyed_entity(exc: Exception) -> bool:
+    """A wait-set error from an entity destroyed meanwhile (not a broken context or wait set)."""
+    return isinstance(exc, _rclpy.InvalidHandle) or "is invalid" in str(exc)
 
 
 class SubmitOnceExecutor(MultiThreadedExecutor):
@@ -40,6 +55,8 @@ class SubmitOnceExecutor(MultiThreadedExecutor):
         super().__init__(num_threads=num_threads, context=context)
         self._queued: set[Any] = set()  # submitted to the pool, not started
         self._started = threading.Condition()
+        self.destroyed_while_waiting = 0  # waits built again for an entity destroyed meanwhile
+        self._destroyed_in_a_row = 0
 
     def _spin_once_impl(
         self,
@@ -57,6 +74,17 @@ class SubmitOnceExecutor(MultiThreadedExecutor):
             ConditionReachedException,
         ):
             return
+        except (_rclpy.RCLError, _rclpy.InvalidHandle) as exc:
+            self._destroyed_in_a_row += 1
+            if not _destroyed_entity(exc) or self._destroyed_in_a_row > MAX_DESTROYED_IN_A_ROW:
+                raise
+            self.destroyed_while_waiting += 1
+            self._cb_iter = None  # (rclpy's generator of ready work ended with the error)
+            rclpy.logging.get_logger("bolt_agent.executor").info(
+                f"an entity was destroyed while the executor waited ({exc}): waiting again"
+            )
+            return  # (the next spin builds a new wait set, without the destroyed entity)
+        self._destroyed_in_a_row = 0
         with self._started:
             if handler in self._queued:  # waiting for a thread already: let one take it
                 self._started.wait_for(lambda: handler not in self._queued, QUEUED_WAIT_S)
