@@ -35,14 +35,19 @@ def _submissions_while_busy(executor_class) -> tuple[int, int]:
     submitted = []
     submit = executor._executor.submit
     executor._executor.submit = lambda *a, **k: (submitted.append(1), submit(*a, **k))[1]
-    spinning = threading.Thread(target=executor.spin, daemon=True)
+    _spin_half_a_second(executor, executor.spin, node, context)
+    return len(submitted), len(calls)
+
+
+def _spin_half_a_second(executor, spin, node, context) -> None:
+    """Run ``spin`` on a thread for 0.5 s, then shut the executor, node and context down."""
+    spinning = threading.Thread(target=spin, daemon=True)
     spinning.start()
     time.sleep(0.5)  # (the executor's own threads do the work: nothing to wait on here)
     executor.shutdown()
     spinning.join(5)
     node.destroy_node()
     rclpy.shutdown(context=context)
-    return len(submitted), len(calls)
 
 
 @pytest.mark.filterwarnings("ignore:MultiThreadedExecutor is used with a single thread")
@@ -104,13 +109,7 @@ def _spin_with(executor_class, waitable: Waitable) -> tuple[int, list[str], Any]
         except Exception as exc:  # what ends the node's process in runtime.py
             errors.append(repr(exc))
 
-    spinning = threading.Thread(target=spin, daemon=True)
-    spinning.start()
-    time.sleep(0.5)  # (the executor's own threads do the work: nothing to wait on here)
-    executor.shutdown()
-    spinning.join(5)
-    node.destroy_node()
-    rclpy.shutdown(context=context)
+    _spin_half_a_second(executor, spin, node, context)
     return len(calls), errors, executor
 
 
