@@ -8,6 +8,7 @@ tested without a model and the same rules apply to any way of running the turns.
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,8 +159,8 @@ def same_opening(records: list[TurnRecord]) -> tuple[str, float] | None:
     firsts = [w[0] for r in records if not r.error and (w := words(" ".join(r.sentences)))]
     if not firsts:
         return None
-    word = max(dict.fromkeys(firsts), key=firsts.count)
-    return word, firsts.count(word) / len(firsts)
+    word, count = Counter(firsts).most_common(1)[0]
+    return word, count / len(firsts)
 
 
 def mentions(request: EvalRequest, sentences: list[str]) -> bool:
