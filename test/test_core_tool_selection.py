@@ -327,3 +327,34 @@ def test_a_bad_argument_block_is_a_clear_error(reachy, arguments, words):
     }
     with pytest.raises(SelectionConfigError, match=words):
         SelectionSpec.from_config(block, reachy.registry)
+
+
+def test_a_request_naming_a_catalog_item_in_full_leans_to_a_trade():
+    """ "No tool" explains the request a little better than a sale does (by less than the
+    bonus): naming a catalog item in full tips it to the tools that copy the item; naming it
+    only in part ("the hammer") or naming none does not."""
+    npc = load_profile("blacksmith_npc").selection
+    assert npc.named_bonus > 1.0 and {t for t, _ in npc.copied} == {
+        "sell_to_player",
+        "buy_from_player",
+    }
+
+    tool_of = {s: o.tool for o in npc.options for s in o.says}
+    # "no tool" leads a sale by half a nat past the margin; the rest (and argument values) far
+    # behind
+    level = {"": -10.0, "sell_to_player": -10.5 - npc.tool_margin}
+
+    def scores(prefixes, _text):
+        return [level.get(tool_of.get(p.split('"')[1], "?"), -30.0) for p in prefixes]
+
+    selector = ToolSelector(npc, scoring(scores))
+    assert selector.select("I'll take a smithing hammer.").option.tool == "sell_to_player"
+    assert selector.select("I'll take those iron helmets.").option.tool == "sell_to_player"
+    assert selector.select("I'll take the hammer.").option.tool == ""  # two hammers: in part
+    assert selector.select("I'll take a nap.").option.tool == ""
+    # without the bonus the same scores choose no tool
+    plain = SelectionSpec(npc.options, npc.template, npc.tool_margin, arguments=npc.arguments)
+    assert (
+        ToolSelector(plain, scoring(scores)).select("I'll take a smithing hammer.").option.tool
+        == ""
+    )

@@ -403,3 +403,30 @@ def test_a_session_steers_its_next_token_away_from_what_it_is_told_to_avoid(engi
     other = engine.start(prompt)
     other.avoid(["Zebra"])
     assert other.sample(greedy).id == first.id
+
+
+def test_a_price_and_an_item_the_request_names_are_copied_into_the_call(engine):
+    """Under the grammar, the bundled model decoding a price alone writes one its examples
+    name (120), not the player's; the request's own values are copied (``from_request``)."""
+    import dataclasses
+
+    from bolt_agent.core.tools.registry import ToolRegistry
+
+    profile = load_profile("blacksmith_npc")
+    decoded = ToolRegistry(dataclasses.replace(t, from_request=()) for t in profile.registry)
+    knobs = Knobs(enable_thinking=False, conversational_mode=True)
+    text = "Would you take my hunting dagger? I want 7 gold for it."
+    calls = {}
+    for name, registry in (("copied", profile.registry), ("decoded", decoded)):
+        dialogue = Dialogue(profile.persona, profile.example_messages(), profile.nearest(1))
+        config = RunnerConfig(
+            sampling=SamplingParams(temperature=0.0), constrained=True, max_steps=1
+        )
+        sink = RecordingSink()
+        TurnRunner(engine, dialogue, registry, config).run(
+            TurnRequest("t0", text, knobs, "buy_from_player"), sink
+        )
+        calls[name] = [e[2] for e in sink.events if e[0] == "dispatch"]
+    assert calls["copied"] == [{"item": "hunting dagger", "offered_price": 7}]
+    # the control: the model alone gets the price wrong (the test fails without the copy)
+    assert calls["decoded"] and calls["decoded"][0]["offered_price"] != 7

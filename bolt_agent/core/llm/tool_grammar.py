@@ -38,6 +38,8 @@ def _bounded_ints(schema, wide: list[tuple[int | None, int | None]]):
     if not isinstance(schema, dict):
         return schema
     lo, hi = schema.get("minimum"), schema.get("maximum")
+    if isinstance(schema.get("enum"), list) or "const" in schema:  # fixed (pinned, copied)
+        return schema
     if schema.get("type") == "integer" and (lo is not None or hi is not None):
         if lo is not None and hi is not None and 0 <= hi - lo < MAX_ENUM_RANGE:
             return {"enum": list(range(int(lo), int(hi) + 1))}

@@ -18,6 +18,11 @@ another value wins only by ``margin``. Arguments left open otherwise (a shop ite
 are still decoded under the grammar, narrowed to the chosen tool with the pinned values
 (``pinned_registry``).
 
+A request that names a catalog value in full ("the steel longsword") is likelier a trade than
+small talk, which the descriptions alone do not know: "I'll take a war hammer, please." is
+explained by "no tool" about as well as by a sale, since neither says "war hammer". A tool that
+copies such a value from the request (``from_request``) gains ``named_bonus``.
+
 Pure and rclpy-free: the scores come from ``TextEngine.channel_scores``.
 """
 
@@ -32,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bolt_agent.core.tools.registry import ToolRegistry
+from bolt_agent.core.tools.request_values import named_in_full
 
 #: how the descriptions are put before the request; ``{says}``: one description
 DEFAULT_TEMPLATE = 'The answer was: "{says}"\nWhat had been said just before it:'
@@ -122,6 +128,11 @@ class SelectionSpec:
     pin: bool = True
     #: open enum arguments chosen by scores for the options that leave them open
     arguments: tuple[ArgumentChoice, ...] = ()
+    #: how much more (log-probability) a tool explains a request that names in full a value
+    #: the tool copies from it (``from_request``: a catalog item)
+    named_bonus: float = 0.0
+    #: per tool, the string values it copies from the request (each argument's)
+    copied: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...] = ()
 
     @classmethod
     def from_config(cls, data: dict[str, Any] | None, registry: ToolRegistry) -> SelectionSpec:
@@ -156,7 +167,22 @@ class SelectionSpec:
             float(data.get("tool_margin", 0.0)),
             bool(data.get("pin", True)),
             _argument_choices(data.get("arguments") or {}, options, registry),
+            float(data.get("named_bonus", 0.0)),
+            _copied_values({o.tool for o in options if o.tool}, registry),
         )
+
+
+def _copied_values(tools: set[str], registry: ToolRegistry):
+    """Per option tool, the string enums of the arguments it copies from the request."""
+    out = []
+    for name in sorted(tools):
+        tool = registry.get(name)
+        props = tool.parameters.get("properties", {})
+        values = [props[a].get("enum") or [] for a in tool.from_request]
+        enums = tuple(tuple(v) for v in values if v and all(isinstance(x, str) for x in v))
+        if enums:
+            out.append((name, enums))
+    return tuple(out)
 
 
 def _argument_choices(
@@ -223,9 +249,10 @@ class ToolSelector:
         scores, seconds = self._scores(words, self._options)
         if scores is None:
             return None
+        named = self._naming(words)
         ranked = sorted(
             (
-                (score + (self.spec.tool_margin if not o.tool else 0.0), o)
+                (score + (self.spec.tool_margin if not o.tool else named.get(o.tool, 0.0)), o)
                 for o in self.spec.options
                 if (score := scores.get(o.label)) is not None
                 and (allow_none or o.tool)
@@ -250,6 +277,16 @@ class ToolSelector:
             if arg.pin_default or value != arg.values[0][0]:
                 chosen[arg.name] = value
         return Selection(option, dict(scores), margin, seconds, chosen)
+
+    def _naming(self, words: str) -> dict[str, float]:
+        """The tools that copy a value ``words`` names in full, with the bonus each gains."""
+        if not self.spec.named_bonus:
+            return {}
+        return {
+            tool: self.spec.named_bonus
+            for tool, enums in self.spec.copied
+            if any(named_in_full(words, values) for values in enums)
+        }
 
     @staticmethod
     def _argument(arg: ArgumentChoice, scores: dict[str, float]) -> Any:

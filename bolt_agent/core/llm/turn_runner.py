@@ -37,6 +37,7 @@ from bolt_agent.core.llm.tool_grammar import build_grammar
 from bolt_agent.core.llm.tool_selection import Option, Selection, ToolSelector, pinned_registry
 from bolt_agent.core.llm.types import SamplingParams, SessionStats, TextEngine
 from bolt_agent.core.tools.registry import ToolRegistry
+from bolt_agent.core.tools.request_values import narrowed_to
 
 log = logging.getLogger("bolt_agent.llm")
 _TRAILING_PUNCT = " \t.,;:!?…"
@@ -334,15 +335,21 @@ class TurnRunner:
                 _teaches(request),  # (a selection's "no tool" shows a reply without calls)
                 None if option is _ANY_TOOL else option,
             )
+            # under a grammar, an item or a price the request names is copied, not decoded
+            named = (
+                narrowed_to(self.registry, request.user_text)
+                if self.config.constrained
+                else self.registry
+            )
             seq = 0
             for step_index in range(self.config.max_steps):
                 choice = self._step_choice(request.tool_choice, step_index)
-                registry = self.registry
+                registry = named
                 if step_index == 0 and option is _ANY_TOOL:
                     choice = "required"
                 elif step_index == 0 and option is not None:  # the selection decides the call
                     choice = option.tool or "none"
-                    registry = pinned_registry(self.registry, call) if option.tool else registry
+                    registry = pinned_registry(named, call) if option.tool else registry
                 state = StepState(request.turn_id, sink, result, seq, user_text=request.user_text)
                 self._run_step(request, choice, state, generation, registry)
                 seq, step = state.seq, state.step

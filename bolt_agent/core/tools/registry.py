@@ -65,6 +65,9 @@ class Tool:
     #: turn ends: an animation's result has nothing to tell, and a line made up after it was
     #: the same every time)
     after_result: str = "speak"
+    #: arguments copied from the request when it names exactly one admissible value (a catalog
+    #: item by its words, an integer by its digits) instead of decoded: ``request_values``
+    from_request: tuple[str, ...] = ()
 
     def as_openai(self) -> dict[str, Any]:
         """The ``{"type": "function", "function": {...}}`` form chat templates expect."""
@@ -180,6 +183,17 @@ def tool_from_config(entry: dict[str, Any]) -> Tool:
     after_result = str(entry.get("after_result", "speak"))
     if after_result not in AFTER_RESULT:
         raise ToolConfigError(f"tool {name!r}: after_result must be one of {AFTER_RESULT}")
+    from_request = tuple(str(a) for a in entry.get("from_request") or [])
+    props = params.get("properties") or {}
+    for arg in from_request:
+        prop = props.get(arg)
+        if prop is None:
+            raise ToolConfigError(f"tool {name!r}: from_request names unknown argument {arg!r}")
+        enum = prop.get("enum")
+        if not (enum and all(isinstance(v, str) for v in enum)) and prop.get("type") != "integer":
+            raise ToolConfigError(
+                f"tool {name!r}: from_request argument {arg!r} must be a string enum or an integer"
+            )
     return Tool(
         name=name,
         description=str(entry.get("description", "")).strip(),
@@ -188,6 +202,7 @@ def tool_from_config(entry: dict[str, Any]) -> Tool:
         timeout_s=float(entry.get("timeout_s", 10.0)),
         rate_limit_per_min=int(entry.get("rate_limit_per_min", 0)),
         after_result=after_result,
+        from_request=from_request,
     )
 
 
