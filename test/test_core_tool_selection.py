@@ -330,9 +330,9 @@ def test_a_bad_argument_block_is_a_clear_error(reachy, arguments, words):
 
 
 def test_a_request_naming_a_catalog_item_in_full_leans_to_a_trade():
-    """ "No tool" explains the request a little better than a sale does (by less than the
-    bonus): naming a catalog item in full tips it to the tools that copy the item; naming it
-    only in part ("the hammer") or naming none does not."""
+    """ "No tool" explains the request a little better than a sale to the player does (by
+    less than the bonus): naming a catalog item in full tips it to the tools that copy the
+    item; naming it only in part ("the hammer") or naming none does not."""
     npc = load_profile("blacksmith_npc").selection
     assert npc.named_bonus > 1.0 and {t for t, _ in npc.copied} == {
         "sell_to_player",
@@ -358,3 +358,27 @@ def test_a_request_naming_a_catalog_item_in_full_leans_to_a_trade():
         ToolSelector(plain, scoring(scores)).select("I'll take a smithing hammer.").option.tool
         == ""
     )
+
+
+def test_a_named_price_leans_to_the_tool_that_copies_it_and_none_away_from_it():
+    """The two trades explain the request nearly alike (a purchase from the player a little
+    better, as the bundled model had it for "sell me a horseshoe"): a price named tips it to
+    the purchase (it copies the item and the price, the sale only the item); no price, or two,
+    to the sale, since the purchase requires a price the model would have to make up."""
+    npc = load_profile("blacksmith_npc").selection
+    tool_of = {s: o.tool for o in npc.options for s in o.says}
+    level = {"buy_from_player": -10.0, "sell_to_player": -10.5}
+
+    def scores(prefixes, _text):
+        return [level.get(tool_of.get(p.split('"')[1], "?"), -30.0) for p in prefixes]
+
+    selector = ToolSelector(npc, scoring(scores))
+    assert selector.select("My war hammer, 45 gold.").option.tool == "buy_from_player"
+    assert selector.select("My war hammer, forty five gold.").option.tool == "buy_from_player"
+    assert selector.select("Sell me the war hammer, smith.").option.tool == "sell_to_player"
+    assert selector.select("My war hammer, 45 or 50 gold.").option.tool == "sell_to_player"
+    # without the bonus, the channel's order stands
+    plain = SelectionSpec(npc.options, npc.template, npc.tool_margin, arguments=npc.arguments)
+    assert ToolSelector(plain, scoring(scores)).select(
+        "Sell me the war hammer, smith."
+    ).option.tool == ("buy_from_player")

@@ -18,10 +18,15 @@ another value wins only by ``margin``. Arguments left open otherwise (a shop ite
 are still decoded under the grammar, narrowed to the chosen tool with the pinned values
 (``pinned_registry``).
 
-A request that names a catalog value in full ("the steel longsword") is likelier a trade than
-small talk, which the descriptions alone do not know: "I'll take a war hammer, please." is
-explained by "no tool" about as well as by a sale, since neither says "war hammer". A tool that
-copies such a value from the request (``from_request``) gains ``named_bonus``.
+A value the request names that a tool copies from it (``from_request``: a catalog item named in
+full, one price) is evidence for that tool, which the descriptions alone do not weigh: "I'll
+take a war hammer, please." was explained by "no tool" about as well as by a sale, since neither
+says "war hammer", and "I'll let it go for 20 gold" by a sale as well as by a purchase, since
+both descriptions speak of gold. A tool gains ``named_bonus`` for each value it copies that the
+request names, and loses it for each required one the request does not name (the model would
+have to make it up: "sell me a horseshoe" bought one for 1000 gold). A purchase from the player
+(item and price) then outweighs a sale to the player (item) when a price is named, and loses to
+it when none is.
 
 Pure and rclpy-free: the scores come from ``TextEngine.channel_scores``.
 """
@@ -37,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bolt_agent.core.tools.registry import ToolRegistry
-from bolt_agent.core.tools.request_values import named_in_full
+from bolt_agent.core.tools.request_values import named_in_full, named_number
 
 #: how the descriptions are put before the request; ``{says}``: one description
 DEFAULT_TEMPLATE = 'The answer was: "{says}"\nWhat had been said just before it:'
@@ -128,11 +133,13 @@ class SelectionSpec:
     pin: bool = True
     #: open enum arguments chosen by scores for the options that leave them open
     arguments: tuple[ArgumentChoice, ...] = ()
-    #: how much more (log-probability) a tool explains a request that names in full a value
-    #: the tool copies from it (``from_request``: a catalog item)
+    #: how much more (log-probability) a tool explains a request for each value the tool
+    #: copies from it (``from_request``) that the request names (an item in full, a number),
+    #: and less for each required one it does not name
     named_bonus: float = 0.0
-    #: per tool, the string values it copies from the request (each argument's)
-    copied: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...] = ()
+    #: per tool, the JSON schemas of the arguments it copies from the request, and whether
+    #: each is required
+    copied: tuple[tuple[str, tuple[tuple[dict[str, Any], bool], ...]], ...] = ()
 
     @classmethod
     def from_config(cls, data: dict[str, Any] | None, registry: ToolRegistry) -> SelectionSpec:
@@ -173,16 +180,27 @@ class SelectionSpec:
 
 
 def _copied_values(tools: set[str], registry: ToolRegistry):
-    """Per option tool, the string enums of the arguments it copies from the request."""
+    """Per option tool, the schemas of the arguments it copies from the request, each with
+    whether the tool requires it."""
     out = []
     for name in sorted(tools):
         tool = registry.get(name)
         props = tool.parameters.get("properties", {})
-        values = [props[a].get("enum") or [] for a in tool.from_request]
-        enums = tuple(tuple(v) for v in values if v and all(isinstance(x, str) for x in v))
-        if enums:
-            out.append((name, enums))
+        required = set(tool.parameters.get("required") or [])
+        if tool.from_request:
+            out.append((name, tuple((props[a], a in required) for a in tool.from_request)))
     return tuple(out)
+
+
+def _names(words: str, schema: dict[str, Any]) -> bool:
+    """``words`` name a value of this argument: a string enum's value by all its words (a word
+    alone, "smithing", is too weak a sign of a trade), or one integer within its bounds."""
+    enum = schema.get("enum")
+    if enum and all(isinstance(v, str) for v in enum):
+        return bool(named_in_full(words, enum))
+    if schema.get("type") == "integer":
+        return named_number(words, schema.get("minimum"), schema.get("maximum")) is not None
+    return False
 
 
 def _argument_choices(
@@ -279,13 +297,17 @@ class ToolSelector:
         return Selection(option, dict(scores), margin, seconds, chosen)
 
     def _naming(self, words: str) -> dict[str, float]:
-        """The tools that copy a value ``words`` names in full, with the bonus each gains."""
+        """What each tool gains: ``named_bonus`` per value it copies that ``words`` name, less
+        as much per required one they do not."""
         if not self.spec.named_bonus:
             return {}
+
+        def weight(schema: dict[str, Any], required: bool) -> int:
+            return 1 if _names(words, schema) else -1 if required else 0
+
+        bonus = self.spec.named_bonus
         return {
-            tool: self.spec.named_bonus
-            for tool, enums in self.spec.copied
-            if any(named_in_full(words, values) for values in enums)
+            tool: bonus * sum(weight(s, r) for s, r in copied) for tool, copied in self.spec.copied
         }
 
     @staticmethod
