@@ -334,7 +334,7 @@ def test_a_request_naming_a_catalog_item_in_full_leans_to_a_trade():
     less than the bonus): naming a catalog item in full tips it to the tools that copy the
     item; naming it only in part ("the hammer") or naming none does not."""
     npc = load_profile("blacksmith_npc").selection
-    assert npc.named_bonus > 1.0 and {t for t, _ in npc.copied} == {
+    assert npc.named_bonus > 1.0 and {t for t, _, _ in npc.copied} == {
         "sell_to_player",
         "buy_from_player",
     }
@@ -382,3 +382,49 @@ def test_a_named_price_leans_to_the_tool_that_copies_it_and_none_away_from_it():
     assert ToolSelector(plain, scoring(scores)).select(
         "Sell me the war hammer, smith."
     ).option.tool == ("buy_from_player")
+
+
+def test_an_item_named_in_part_is_copied_but_weighs_nothing():
+    """A sale explains the request half a nat past the margin better than "no tool": an item
+    named only by its own word ("the longsword") leaves that lead alone; a request that names
+    no item at all takes the bonus away, since the sale would need an item made up."""
+    npc = load_profile("blacksmith_npc").selection
+    tool_of = {s: o.tool for o in npc.options for s in o.says}
+    level = {"": -10.5 - npc.tool_margin, "sell_to_player": -10.0}
+
+    def scores(prefixes, _text):
+        return [level.get(tool_of.get(p.split('"')[1], "?"), -30.0) for p in prefixes]
+
+    selector = ToolSelector(npc, scoring(scores))
+    assert selector.select("I'll take the longsword, smith.").option.tool == "sell_to_player"
+    assert selector.select("I'll take it, smith.").option.tool == ""
+
+
+def test_the_selected_trade_decodes_under_the_values_the_request_names():
+    """The selection's path: the step's validator is the chosen tool's, narrowed to the item
+    and the price the request names, so a call with the model's own item and price is refused
+    (the scripted engine ignores the grammar, which admits only the named values)."""
+    npc = load_profile("blacksmith_npc")
+    buy = '<|tool_call>call:buy_from_player{{item:<|"|>{}<|"|>,offered_price:{}}}<tool_call|>'
+    text = "My old hunting dagger is yours for 7 gold."
+
+    def run(call):
+        engine = ScriptedEngine([f"Let me see.{call}", "Done."])
+        engine.channel = favour("sell me yours")
+        selector = ToolSelector(npc.selection, engine.channel_scores)
+        runner = TurnRunner(
+            engine,
+            Dialogue(npc.persona),
+            npc.registry,
+            RunnerConfig(constrained=True, max_steps=1),
+            selector,
+        )
+        sink = RecordingSink()
+        result = runner.run(TurnRequest("t1", text, OFF), sink)
+        assert result.selection == "buy_from_player"
+        return [e[2] for e in sink.events if e[0] == "dispatch"], result.errors
+
+    calls, errors = run(buy.format("steel longsword", 120))
+    assert not calls and any("offered_price" in e or "item" in e for e in errors), errors
+    calls, errors = run(buy.format("hunting dagger", 7))
+    assert calls == [{"item": "hunting dagger", "offered_price": 7}] and not errors

@@ -9,6 +9,7 @@ from bolt_agent.core.tools.registry import ToolConfigError, ToolRegistry
 from bolt_agent.core.tools.request_values import (
     named_choice,
     named_number,
+    named_value,
     narrowed_to,
     numbers_in,
 )
@@ -38,6 +39,7 @@ ITEMS = [
         ("Anything made of iron?", None),  # a sword and a helmet
         ("My iron sword for your war hammer?", None),  # two items named
         ("Good evening to you.", None),
+        ("Not the iron sword, the longsword.", None),  # one in full, one by its own word
     ],
 )
 def test_the_item_a_request_names(text, item):
@@ -45,6 +47,14 @@ def test_the_item_a_request_names(text, item):
 
 
 def test_numbers_in_digits_or_words():
+    counted = frozenset({"iron", "helmet", "horseshoe"})
+    assert numbers_in("Sell me two iron helmets.", counted) == []  # a count, not a price
+    assert numbers_in("I'd like 3 horseshoes.", counted) == []
+    assert numbers_in("Buy my 2nd helmet for 30?") == [30]  # an ordinal is no number
+    assert numbers_in("I'll give you 1,000 for it.") == [1000]
+    assert numbers_in("two thousand five hundred gold") == [2500]
+    assert numbers_in("turn -20 degrees, or 20-30") == [-20, 20, 30]
+    assert numbers_in("9" * 40) == []  # not a price: nor a crash
     assert numbers_in("I'm asking 7 gold.") == [7]
     assert numbers_in("twenty five gold") == [25]
     assert numbers_in("a hundred and fifty") == [150]
@@ -57,6 +67,10 @@ def test_numbers_in_digits_or_words():
     assert named_number("two swords for fifty gold", 0, 1000) is None  # two: ambiguous
     assert named_number("2 swords for 5000 gold", 0, 1000) == 2  # 5000 is out of bounds
     assert named_number("Would 9 gold do for the dagger?", 0, None) == 9
+    # an integer the schema does not admit is not copied (the grammar would admit no call)
+    assert named_value("make it 7", {"type": "integer", "enum": [1, 2, 5]}) is None
+    assert named_value("make it 5", {"type": "integer", "enum": [1, 2, 5]}) == 5
+    assert named_value("make it 7", {"type": "integer", "multipleOf": 5}) is None
 
 
 def test_the_registry_is_narrowed_to_what_the_request_names():
@@ -77,6 +91,10 @@ def test_the_registry_is_narrowed_to_what_the_request_names():
     grammar = build_grammar(named, "buy_from_player", call_format="gemma4")
     assert '"hunting dagger"' in grammar and '"iron sword"' not in grammar
     assert '"7"' in grammar and "[1-9] [0-9]" not in grammar
+    # the JSON call format too: a fixed value stands, not turned back into a digits rule
+    json_grammar = build_grammar(named, "buy_from_player", call_format="json")
+    assert 'offered-price ::= "7"' in json_grammar and "int0 ::=" not in json_grammar
+    assert "int0 ::=" in build_grammar(registry, "buy_from_player", call_format="json")
     # nothing named: the same registry
     assert narrowed_to(registry, "Good evening to you.") is registry
     reachy = load_profile("reachy_mini").registry
@@ -108,8 +126,10 @@ def _tool(from_request, prop):
 
 
 def test_from_request_is_checked_when_loaded():
-    with pytest.raises(ToolConfigError, match="unknown argument 'price'"):
+    with pytest.raises(ToolConfigError, match="'price', not an argument"):
         ToolRegistry.from_config([_tool(["price"], {"type": "string", "enum": ["a", "b"]})])
+    with pytest.raises(ToolConfigError, match="'item', not an argument"):
+        ToolRegistry.from_config([_tool(["item"], True)])  # a boolean schema
     with pytest.raises(ToolConfigError, match="string enum or an integer"):
         ToolRegistry.from_config([_tool(["item"], {"type": "string"})])
     tool = ToolRegistry.from_config([_tool(["item"], {"type": "integer"})]).get("sell")

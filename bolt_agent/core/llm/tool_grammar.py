@@ -38,7 +38,9 @@ def _bounded_ints(schema, wide: list[tuple[int | None, int | None]]):
     if not isinstance(schema, dict):
         return schema
     lo, hi = schema.get("minimum"), schema.get("maximum")
-    if isinstance(schema.get("enum"), list) or "const" in schema:  # fixed (pinned, copied)
+    # a value fixed (pinned, copied); a ``properties`` dict with an argument named "const" is
+    # not one (its value is a schema)
+    if isinstance(schema.get("enum"), list) or not isinstance(schema.get("const", {}), dict):
         return schema
     if schema.get("type") == "integer" and (lo is not None or hi is not None):
         if lo is not None and hi is not None and 0 <= hi - lo < MAX_ENUM_RANGE:

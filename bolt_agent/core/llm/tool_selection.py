@@ -15,18 +15,20 @@ chosen the same way, once its option has won (a second, smaller batch over the s
 descriptions; "no tool" and the tools that do not take it cost nothing more): each value is
 described by what the character says when doing it so, its first value is the default, and
 another value wins only by ``margin``. Arguments left open otherwise (a shop item, a price)
-are still decoded under the grammar, narrowed to the chosen tool with the pinned values
-(``pinned_registry``).
+are decoded under the grammar, narrowed to the chosen tool with the pinned values
+(``pinned_registry``), and to the values the request names where the tool copies them
+(``request_values.narrowed_to``; a pinned value stands over a copied one).
 
 A value the request names that a tool copies from it (``from_request``: a catalog item named in
 full, one price) is evidence for that tool, which the descriptions alone do not weigh: "I'll
 take a war hammer, please." was explained by "no tool" about as well as by a sale, since neither
 says "war hammer", and "I'll let it go for 20 gold" by a sale as well as by a purchase, since
 both descriptions speak of gold. A tool gains ``named_bonus`` for each value it copies that the
-request names, and loses it for each required one the request does not name (the model would
-have to make it up: "sell me a horseshoe" bought one for 1000 gold). A purchase from the player
-(item and price) then outweighs a sale to the player (item) when a price is named, and loses to
-it when none is.
+request names (an item in full), and loses it for each required one the request does not name
+at all (the model would have to make it up: "sell me a horseshoe" bought one for 1000 gold); an
+item named only in part ("the longsword") is copied but weighs nothing either way. A purchase
+from the player (item and price) then outweighs a sale to the player (item) when a price is
+named, and loses to it when none is.
 
 Pure and rclpy-free: the scores come from ``TextEngine.channel_scores``.
 """
@@ -42,7 +44,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bolt_agent.core.tools.registry import ToolRegistry
-from bolt_agent.core.tools.request_values import named_in_full, named_number
+from bolt_agent.core.tools.request_values import (
+    copied_catalog,
+    named_choice,
+    named_in_full,
+    named_value,
+)
 
 #: how the descriptions are put before the request; ``{says}``: one description
 DEFAULT_TEMPLATE = 'The answer was: "{says}"\nWhat had been said just before it:'
@@ -137,9 +144,9 @@ class SelectionSpec:
     #: copies from it (``from_request``) that the request names (an item in full, a number),
     #: and less for each required one it does not name
     named_bonus: float = 0.0
-    #: per tool, the JSON schemas of the arguments it copies from the request, and whether
-    #: each is required
-    copied: tuple[tuple[str, tuple[tuple[dict[str, Any], bool], ...]], ...] = ()
+    #: per tool, the JSON schemas of the arguments it copies from the request, each with
+    #: whether it is required, and the words of its catalog (a number before one is a count)
+    copied: tuple[tuple[str, tuple[tuple[dict[str, Any], bool], ...], frozenset[str]], ...] = ()
 
     @classmethod
     def from_config(cls, data: dict[str, Any] | None, registry: ToolRegistry) -> SelectionSpec:
@@ -188,19 +195,26 @@ def _copied_values(tools: set[str], registry: ToolRegistry):
         props = tool.parameters.get("properties", {})
         required = set(tool.parameters.get("required") or [])
         if tool.from_request:
-            out.append((name, tuple((props[a], a in required) for a in tool.from_request)))
+            schemas = tuple((props[a], a in required) for a in tool.from_request)
+            out.append((name, schemas, copied_catalog(tool)))
     return tuple(out)
 
 
-def _names(words: str, schema: dict[str, Any]) -> bool:
-    """``words`` name a value of this argument: a string enum's value by all its words (a word
-    alone, "smithing", is too weak a sign of a trade), or one integer within its bounds."""
+def _weight(words: str, schema: dict[str, Any], required: bool, counted: frozenset[str]) -> int:
+    """+1 where ``words`` name a value of this argument: a string enum's value by all its
+    words, or one integer it admits (not a count: "two iron helmets"); 0 for a value named only
+    in part (copied, but "smithing" alone is too weak a sign of a trade), or for an optional
+    argument not named; -1 for a required one not named at all (it would be made up)."""
     enum = schema.get("enum")
     if enum and all(isinstance(v, str) for v in enum):
-        return bool(named_in_full(words, enum))
-    if schema.get("type") == "integer":
-        return named_number(words, schema.get("minimum"), schema.get("maximum")) is not None
-    return False
+        if named_in_full(words, enum):
+            return 1
+        named = named_choice(words, enum) is not None
+    else:
+        named = named_value(words, schema, counted) is not None
+        if named:
+            return 1
+    return 0 if named or not required else -1
 
 
 def _argument_choices(
@@ -298,16 +312,14 @@ class ToolSelector:
 
     def _naming(self, words: str) -> dict[str, float]:
         """What each tool gains: ``named_bonus`` per value it copies that ``words`` name, less
-        as much per required one they do not."""
+        as much per required one they do not name at all (``_weight``)."""
         if not self.spec.named_bonus:
             return {}
 
-        def weight(schema: dict[str, Any], required: bool) -> int:
-            return 1 if _names(words, schema) else -1 if required else 0
-
         bonus = self.spec.named_bonus
         return {
-            tool: bonus * sum(weight(s, r) for s, r in copied) for tool, copied in self.spec.copied
+            tool: bonus * sum(_weight(words, s, r, counted) for s, r in copied)
+            for tool, copied, counted in self.spec.copied
         }
 
     @staticmethod

@@ -338,7 +338,7 @@ class TurnRunner:
             # under a grammar, an item or a price the request names is copied, not decoded
             named = (
                 narrowed_to(self.registry, request.user_text)
-                if self.config.constrained
+                if self.config.constrained and request.tool_choice != "none"
                 else self.registry
             )
             seq = 0

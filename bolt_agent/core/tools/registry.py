@@ -66,7 +66,7 @@ class Tool:
     #: the same every time)
     after_result: str = "speak"
     #: arguments copied from the request when it names exactly one admissible value (a catalog
-    #: item by its words, an integer by its digits) instead of decoded: ``request_values``
+    #: item by its words, an integer in digits or words) instead of decoded: ``request_values``
     from_request: tuple[str, ...] = ()
 
     def as_openai(self) -> dict[str, Any]:
@@ -187,8 +187,10 @@ def tool_from_config(entry: dict[str, Any]) -> Tool:
     props = params.get("properties") or {}
     for arg in from_request:
         prop = props.get(arg)
-        if prop is None:
-            raise ToolConfigError(f"tool {name!r}: from_request names unknown argument {arg!r}")
+        if not isinstance(prop, dict):
+            raise ToolConfigError(
+                f"tool {name!r}: from_request names {arg!r}, not an argument with a schema"
+            )
         enum = prop.get("enum")
         if not (enum and all(isinstance(v, str) for v in enum)) and prop.get("type") != "integer":
             raise ToolConfigError(
