@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bolt_agent.core.tools.registry import ToolRegistry
+from bolt_agent.core.tools.registry import ToolRegistry, string_enum
 from bolt_agent.core.tools.request_values import (
     copied_catalog,
     named_choice,
@@ -205,8 +205,8 @@ def _weight(words: str, schema: dict[str, Any], required: bool, counted: frozens
     words, or one integer it admits (not a count: "two iron helmets"); 0 for a value named only
     in part (copied, but "smithing" alone is too weak a sign of a trade), or for an optional
     argument not named; -1 for a required one not named at all (it would be made up)."""
-    enum = schema.get("enum")
-    if enum and all(isinstance(v, str) for v in enum):
+    enum = string_enum(schema)
+    if enum is not None:
         if named_in_full(words, enum):
             return 1
         named = named_choice(words, enum) is not None

@@ -159,6 +159,12 @@ class ToolRegistry:
 AFTER_RESULT = ("speak", "end")
 
 
+def string_enum(schema: dict[str, Any]) -> list[str] | None:
+    """The values of an argument that is a string enum (a catalog, an animation), else None."""
+    enum = schema.get("enum")
+    return enum if enum and all(isinstance(v, str) for v in enum) else None
+
+
 def tool_from_config(entry: dict[str, Any]) -> Tool:
     try:
         name = entry["name"]
@@ -191,8 +197,7 @@ def tool_from_config(entry: dict[str, Any]) -> Tool:
             raise ToolConfigError(
                 f"tool {name!r}: from_request names {arg!r}, not an argument with a schema"
             )
-        enum = prop.get("enum")
-        if not (enum and all(isinstance(v, str) for v in enum)) and prop.get("type") != "integer":
+        if string_enum(prop) is None and prop.get("type") != "integer":
             raise ToolConfigError(
                 f"tool {name!r}: from_request argument {arg!r} must be a string enum or an integer"
             )

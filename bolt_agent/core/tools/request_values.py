@@ -22,7 +22,7 @@ from typing import Any
 
 import jsonschema
 
-from bolt_agent.core.tools.registry import ToolRegistry
+from bolt_agent.core.tools.registry import ToolRegistry, string_enum
 
 _WORD = re.compile(r"[^\W\d_]+|\d+")
 #: a number as written (signed, with thousands commas, an ordinal's suffix) or a word
@@ -176,8 +176,8 @@ def named_value(text: str, schema: dict[str, Any], counted: frozenset[str] = fro
     """What ``text`` names for an argument with this JSON schema: a string enum's value, or an
     integer the schema admits (its bounds, enum, multipleOf...); None when it names none, or
     more than one. ``counted``: words after which a number is a count (``catalog_words``)."""
-    enum = schema.get("enum")
-    if enum and all(isinstance(v, str) for v in enum):
+    enum = string_enum(schema)
+    if enum is not None:
         return named_choice(text, enum)
     if schema.get("type") == "integer":
         value = named_number(text, schema.get("minimum"), schema.get("maximum"), counted)
@@ -189,11 +189,8 @@ def named_value(text: str, schema: dict[str, Any], counted: frozenset[str] = fro
 def copied_catalog(tool) -> frozenset[str]:
     """The words of the string values ``tool`` copies (``catalog_words``)."""
     props = tool.parameters.get("properties", {})
-    values = []
-    for name in tool.from_request:
-        enum = props[name].get("enum") or []
-        values += [v for v in enum if isinstance(v, str)]
-    return catalog_words(values)
+    enums = (string_enum(props[name]) or [] for name in tool.from_request)
+    return catalog_words(v for enum in enums for v in enum)
 
 
 def narrowed_to(registry: ToolRegistry, text: str) -> ToolRegistry:
