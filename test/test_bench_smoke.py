@@ -104,11 +104,15 @@ def test_bench_quick(tmp_path):
     # and 3 paused sentences each)
     voices = data["voices"]["per_voice"]
     assert list(voices) == ["piper joe", "espeak en-us m"]
-    for v in voices.values():
-        assert v["utterances"] == 6 and v["paused"] == 3 and 0 <= v["paused_kept_whole"] <= 1
-        assert 0 < v["end_of_turn_p50_s"] < 5 and 0 <= v["wer"] <= 1 and v["false_endpoints"] >= 0
+    for splits in voices.values():
+        assert list(splits) == ["dev", "test"]  # the held-out split beside the tuned one
+        for v in splits.values():
+            assert v["utterances"] == 6 and v["paused"] == 3 and 0 <= v["paused_kept_whole"] <= 1
+            assert 0 < v["end_of_turn_p50_s"] < 5 and 0 <= v["wer"] <= 1
+            assert v["false_endpoints"] >= 0
+    assert data["voices"]["test"]["utterances"] == 12
     assert data["voices_wer_vs_raw_whisper"] is not None
-    assert "| voice | paused sentences kept whole |" in md
+    assert "| voice | split | paused sentences kept whole |" in md
     assert "paused sentences kept whole, across voices" in md  # its goal row
 
 

@@ -34,15 +34,16 @@ class Words:
     """A transcriber that says ``text`` for every call (the words the user said so far), with
     ``confidence``."""
 
-    def __init__(self, *texts: str, confidence: float = 0.9) -> None:
+    def __init__(self, *texts: str, confidence: float = 0.9, last_word: float = 1.0) -> None:
         self.texts = list(texts)
         self.calls = 0
         self.confidence = confidence
+        self.last_word = last_word
 
     def transcribe(self, audio: np.ndarray, final: bool = True) -> AsrResult:
         text = self.texts[min(self.calls, len(self.texts) - 1)]
         self.calls += 1
-        return AsrResult(text, self.confidence, "en", 0.0)
+        return AsrResult(text, self.confidence, "en", 0.0, self.last_word)
 
 
 def listener(probs, asr, settings=SEMANTIC, config=CAP) -> Listener:
@@ -148,6 +149,28 @@ def test_words_it_may_have_misheard_wait_longer():
     ((_k, metrics),) = ends(run(lis, range(len(SPEECH))))
     assert metrics.ended_by == "silence" and metrics.silence_ms == 1200
     lis = listener(SPEECH, Words("Can you nod for me", confidence=0.8), careful)
+    ((_k, metrics),) = ends(run(lis, range(len(SPEECH)), hint_after_early(lis, 0.4)))
+    assert metrics.ended_by == "hint" and 250 <= metrics.silence_ms < 300
+
+
+def test_a_last_word_it_may_have_misheard_leaves_the_end_to_the_cap():
+    """Below ``last_word_confidence`` neither a complete hint nor the text ends the turn, however
+    sure whisper was of the other words ("… and then" heard as "… and earn."); above it, as
+    before; 0 turns the rule off."""
+    from dataclasses import replace
+
+    careful = replace(SEMANTIC, last_word_confidence=0.4)
+    lis = listener(SPEECH, Words("Please look at me and earn.", last_word=0.27), careful)
+    ((_k, metrics),) = ends(run(lis, range(len(SPEECH)), hint_after_early(lis, 0.4)))
+    assert metrics.ended_by == "silence" and metrics.silence_ms == 1200
+    lis = listener(SPEECH, Words("Please look at me and earn.", last_word=0.27), careful)
+    ((_k, metrics),) = ends(run(lis, range(len(SPEECH))))  # no hint: the text would decide
+    assert metrics.ended_by == "silence" and metrics.silence_ms == 1200
+    lis = listener(SPEECH, Words("Can you nod for me", last_word=0.8), careful)
+    ((_k, metrics),) = ends(run(lis, range(len(SPEECH)), hint_after_early(lis, 0.4)))
+    assert metrics.ended_by == "hint" and 250 <= metrics.silence_ms < 300
+    off = replace(SEMANTIC, last_word_confidence=0.0)
+    lis = listener(SPEECH, Words("Please look at me and earn.", last_word=0.27), off)
     ((_k, metrics),) = ends(run(lis, range(len(SPEECH)), hint_after_early(lis, 0.4)))
     assert metrics.ended_by == "hint" and 250 <= metrics.silence_ms < 300
 

@@ -268,3 +268,69 @@ def test_the_first_window_keeps_a_clean_transcript_and_redoes_a_runaway_one(
     noise = np.random.default_rng(1).standard_normal(16000).astype(np.float32) * 0.01
     assert first.transcribe(noise) is None
     assert first.warm_up() > 0 and first.first_window_counts() == (0, {})
+
+
+def test_the_last_words_probability_is_its_least_sure_token_before_the_punctuation():
+    """``last_word_probability``: the tokens of the last word ("wards" is " w" + "ards"), not
+    the punctuation after it; 1.0 (unknown) for a decoding without token probabilities."""
+    from dataclasses import replace
+
+    from bolt_agent.core.asr.asr_engine import last_word_probability
+    from bolt_agent.core.asr.whisper_ct2 import Decoded
+
+    pieces = {1: " Hand", 2: " to", 3: " w", 4: "ards", 5: ".", 6: "Yes", 7: ",", 8: " there"}
+
+    def decode(tokens):
+        return "".join(pieces[t] for t in tokens)
+
+    d = Decoded("Hand to wards.", [1, 2, 3, 4, 5], -0.4, 0.0, 0.0, 1.0, (0.9, 0.6, 0.38, 1.0, 0.2))
+    assert last_word_probability(d, decode) == 0.38
+    assert last_word_probability(replace(d, tokens=[1, 2, 3, 4], token_probs=(0.9, 0.6, 0.5, 0.4)),
+                                 decode) == 0.4  # fmt: skip
+    assert last_word_probability(replace(d, token_probs=()), decode) == 1.0
+    one = Decoded("Yes, there", [6, 7, 8], -0.1, 0.0, 0.0, 1.0, (0.3, 0.1, 0.7))
+    assert last_word_probability(one, decode) == 0.7  # the comma before it is not the word
+    alone = Decoded("Yes", [6], -0.1, 0.0, 0.0, 1.0, (0.3,))
+    assert last_word_probability(alone, decode) == 0.3  # a first word has no leading space
+
+
+def test_token_probabilities_match_ctranslate2s_own_score():
+    """The probabilities read off the greedy decoding's logits give back CTranslate2's score
+    (the sum of the tokens' log-probabilities and the end token's, over the tokens): the
+    logits are the step's, the token is the chosen one. And the engine's early transcript of
+    a real voice carries its last word's probability; a beam search's does not."""
+    import math
+
+    import ctranslate2
+
+    from bolt_agent.core.asr.asr_engine import WhisperEngine
+    from bolt_agent.core.asr.whisper_ct2 import chosen_probs, encoder_input
+    from bolt_agent.testing.voices import VOICES, speak, trim
+
+    audio = trim(speak(VOICES[1], "Please look at me and then give me a little nod."))
+    engine = WhisperEngine(resolve_model("", kind="asr"), "cpu", cpu_threads=2, beam_size=2)
+    engine.load()
+    content = log_mel(audio, engine._filters)[:, :-1]
+    x = encoder_input(content, engine._encoder_frames(audio.size))
+    model = engine._model
+    encoded = model.encode(ctranslate2.StorageView.from_array(x))
+    result = model.generate(
+        encoded,
+        [engine._prompt("en")],
+        beam_size=1,
+        return_scores=True,
+        return_logits_vocab=True,
+        suppress_tokens=engine._suppress,
+    )[0]
+    tokens = list(result.sequences_ids[0])
+    probs = chosen_probs(result.logits[0], [*tokens, engine._vocab.eot])
+    assert len(probs) == len(tokens) + 1 and all(0 < p <= 1 for p in probs)
+    assert sum(math.log(p) for p in probs) / len(tokens) == pytest.approx(
+        result.scores[0], abs=1e-3
+    )
+
+    early = engine.transcribe(audio, final=False)
+    assert early is not None and early.text.lower().startswith("please look at me")
+    assert 0.0 < early.last_word_confidence < 1.0
+    final = engine.transcribe(audio, final=True)  # a beam of 2: no token probabilities
+    assert final is not None and final.last_word_confidence == 1.0

@@ -340,11 +340,12 @@ def run(
     duck_db: float = 0.0,
     log: Callable[[str], None] = print,
     asr_speed: float = 1.0,
+    params: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     from bolt_agent.nodes.asr_params import AsrParams
     from bolt_agent.testing.voices import VOICES, piper, speak, trim
 
-    params = AsrParams(echo_mode="aec")
+    params = AsrParams(**{"echo_mode": "aec", **(params or {})})
     whisper = params.whisper_engine(device="cpu", cpu_threads=2)
     whisper.load()
     whisper.warm_up()
@@ -511,6 +512,7 @@ def table(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from bolt_agent.benchmarks.report import write_table_report
+    from bolt_agent.cli.eval import parse_params
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="bench_out/echo.json")
@@ -524,8 +526,14 @@ def main(argv: list[str] | None = None) -> int:
         "transcription holds the stream's clock for its time here divided by this (5: a "
         "transcriber 5x faster than this CPU's, as a GPU's whisper would be)",
     )  # fmt: skip
+    ap.add_argument(
+        "--param", action="append", default=[], metavar="NAME=VALUE",
+        help="an asr_node parameter for this run (an A/B), value read as YAML; repeatable",
+    )  # fmt: skip
     args = ap.parse_args(argv)
-    result = run(quick=args.quick, duck_db=args.duck_db, asr_speed=args.asr_speed)
+    params = parse_params(args.param)
+    result = run(quick=args.quick, duck_db=args.duck_db, asr_speed=args.asr_speed, params=params)
+    result["params"] = params
     write_table_report(Path(args.out), result, table(result))
     return 0
 

@@ -5,10 +5,11 @@ Per voice (``testing.voices.VOICES``: Piper's joe and five espeak-ng voices), in
 robot), through the ASR stage exactly as asr_node runs it with its defaults (Silero VAD,
 whisper-base on 2 threads, the listener's semantic end of turn):
 
-* the voice loop's finished requests (``voice_loop.UTTERANCES``, the first eight);
-* paused sentences (``voice_loop.PAUSE_UTTERANCES``): the first words, 0.7 s of silence, the
-  rest. **Kept whole** = one final transcript for the whole sentence (a false endpoint splits
-  it in two).
+* finished requests and paused sentences (the first words, 0.7 s of silence, the rest), in two
+  splits: **dev**, the voice loop's own (``voice_loop.UTTERANCES``, the first eight, and
+  ``PAUSE_UTTERANCES``), on which the end of turn's rules and thresholds were set, and
+  **test** (``TEST_FINISHED``, ``TEST_PAUSED``: 10 + 10 held out). **Kept whole** = one final
+  transcript for the whole sentence (a false endpoint splits it in two).
 
 The LLM's end-of-turn hint comes from the bundled model (``TurnRunner.end_of_turn_probability``,
 as llm_node answers ``llm/end_of_turn``), given as soon as each early transcript is out: the
@@ -17,10 +18,11 @@ Time is the stream's (``echo_bench.VirtualRunner``): a transcription holds it fo
 took here.
 
 Reported per voice: paused sentences kept whole, the last voiced sample → final transcript
-(p50, p90), false endpoints, the WER of the finals and of raw whisper on each whole utterance.
+(p50, p90), false endpoints, the WER of the finals and of raw whisper on each whole utterance,
+per split; the JSON keeps every early transcript with its confidences.
 
     python -m bolt_agent.benchmarks.voices_bench [--out bench_out/voices.json] [--quick]
-        [--asr-speed 5]
+        [--asr-speed 5] [--last-word-confidence 0.3]
 """
 
 from __future__ import annotations
@@ -40,6 +42,43 @@ BLOCK = 512
 PAUSE_S = 0.7
 GAP_S = 2.0  # silence after each utterance: the cap ends it whatever the words
 
+#: held out: written for this benchmark by a helper that saw neither the end of turn's rules
+#: nor the dev utterances' results. No threshold, word list or rule was set on them.
+TEST_FINISHED = (
+    "Could you turn around and face the window?",
+    "Hey robot, tell me a joke.",
+    "How much does a steel sword cost?",
+    "Please stop moving your head for a minute.",
+    "I think you look really cute today.",
+    "Do you know what time it is?",
+    "Show me how you dance. That would be fun!",
+    "Can you forge me a new shield, please?",
+    "Who is that person standing behind me?",
+    "Okay, that's enough for now. Thanks!",
+)
+TEST_PAUSED = (
+    ("Can you tell me a little bit about", "the weapons you have for sale?"),
+    ("I need a new pair of boots because", "mine are completely worn out."),
+    ("Could you please move your", "antennas up and down slowly?"),
+    ("The thing I keep forgetting to ask you is", "whether you can hear me from far away."),
+    ("Would you be able to sharpen my", "old axe before tomorrow?"),
+    ("If you look over to the left you will see a", "small green plant on the shelf."),
+    ("I was going to trade you these gems for", "that shiny iron helmet."),
+    ("Let's play a game where you have to", "guess which animal I'm thinking of."),
+    ("Do you remember the name of the", "song we listened to yesterday?"),
+    ("My sister told me that your", "camera can recognize faces."),
+)
+
+
+def _dev() -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    from bolt_agent.benchmarks.voice_loop import PAUSE_UTTERANCES, UTTERANCES
+
+    return UTTERANCES[:8], tuple((head, rest) for head, rest, _ in PAUSE_UTTERANCES)
+
+
+#: dev: the voice loop's own utterances (the end of turn's rules were set on them); test: above
+UTTERANCE_SPLITS = {"dev": _dev(), "test": (TEST_FINISHED, TEST_PAUSED)}
+
 
 @dataclass
 class Said:
@@ -48,6 +87,10 @@ class Said:
     last_voiced_s: float = 0.0  # stream time of its last sample above 0.01
     paused: bool = False
     finals: list[tuple[float, str]] = field(default_factory=list)
+    #: every transcription: [text, confidence, last word's confidence, final-quality]
+    early: list[list[Any]] = field(default_factory=list)
+    ends: list[list[Any]] = field(default_factory=list)  # [how each end was decided, silence ms]
+    hints: list[list[Any]] = field(default_factory=list)  # [early text, LLM's p_complete]
 
 
 class _VoiceRun:
@@ -60,6 +103,7 @@ class _VoiceRun:
         self.pos = 0
         self.runner = VirtualRunner(lambda: self.pos / SAMPLE_RATE, asr_speed)
         self.events: list[tuple[float, Any]] = []
+        self.hints: list[list[Any]] = []  # [early transcript, the LLM's p_complete]
         self._hint = hint
         self.listener = Listener(
             whisper,
@@ -75,11 +119,12 @@ class _VoiceRun:
         self.events.append((self.runner.now(), event))
         if isinstance(event, TranscriptEvent) and event.early:
             p = self._hint(event.utterance_id, event.text)
+            self.hints.append([event.text, None if p is None else round(p, 3)])
             if p is not None:
                 self.listener.end_of_turn_hint(event.utterance_id, event.text, p)
 
     def play(self, item: Said) -> None:
-        from bolt_agent.core.asr.listener import TranscriptEvent
+        from bolt_agent.core.asr.listener import FinalMetrics, TranscriptEvent
 
         lead = np.zeros(BLOCK * 4, np.float32)
         stream = np.concatenate([lead, item.audio, np.zeros(int(GAP_S * SAMPLE_RATE), np.float32)])
@@ -94,6 +139,75 @@ class _VoiceRun:
             for t, e in self.events[first:]
             if isinstance(e, TranscriptEvent) and e.is_final
         ]
+        item.ends = [
+            [e.ended_by, round(e.silence_ms)]
+            for _, e in self.events[first:]
+            if isinstance(e, FinalMetrics)
+        ]
+
+
+class _Recorded:
+    """The transcriber, keeping each transcription's text and confidences (what the end of
+    turn decides from) for the JSON."""
+
+    def __init__(self, whisper: Any) -> None:
+        self.whisper, self.early = whisper, []
+
+    def transcribe(self, audio: np.ndarray, final: bool = True) -> Any:
+        result = self.whisper.transcribe(audio, final=final)
+        if result is not None:
+            self.early.append(
+                [
+                    result.text,
+                    round(result.confidence, 3),
+                    round(result.last_word_confidence, 3),
+                    final,
+                ]
+            )
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.whisper, name)
+
+
+def _figures(items: list[Said], raw_wer: list[float]) -> dict[str, Any]:
+    from bolt_agent.benchmarks.voice_loop import percentile
+    from bolt_agent.testing.voices import wer
+
+    final_wer, delays, whole = [], [], []
+    false_endpoints = 0
+    for item in items:
+        final_wer.append(wer(item.text, " ".join(text for _, text in item.finals)))
+        false_endpoints += sum(t < item.last_voiced_s for t, _ in item.finals)
+        if item.paused:
+            whole.append(len(item.finals) == 1)
+        after = [t for t, _ in item.finals if t >= item.last_voiced_s]
+        if after:
+            delays.append(after[0] - item.last_voiced_s)
+    return {
+        "paused_kept_whole": sum(whole) / max(1, len(whole)),
+        "paused": len(whole),
+        "end_of_turn_p50_s": percentile(delays, 0.5),
+        "end_of_turn_p90_s": percentile(delays, 0.9),
+        "false_endpoints": false_endpoints,
+        "utterances": len(items),
+        "wer": float(np.mean(final_wer)),
+        "wer_raw_whisper": float(np.mean(raw_wer)),
+        "finals": [[i.text, [t for _, t in i.finals], i.early, i.ends, i.hints] for i in items],
+    }
+
+
+def _across(per_voice: dict[str, Any], split: str) -> dict[str, Any]:
+    figs = [v[split] for v in per_voice.values()]
+    delays = [f["end_of_turn_p50_s"] for f in figs if f["end_of_turn_p50_s"]]
+    return {
+        "paused_kept_whole": float(np.mean([f["paused_kept_whole"] for f in figs])),
+        "end_of_turn_p50_s_median_of_voices": float(np.median(delays)) if delays else None,
+        "false_endpoints": sum(f["false_endpoints"] for f in figs),
+        "utterances": sum(f["utterances"] for f in figs),
+        "wer": float(np.mean([f["wer"] for f in figs])),
+        "wer_raw_whisper": float(np.mean([f["wer_raw_whisper"] for f in figs])),
+    }
 
 
 def run(
@@ -101,8 +215,8 @@ def run(
     trust_confidence: float | None = None,
     log=print,
     asr_speed: float = 1.0,
+    last_word_confidence: float | None = None,
 ) -> dict[str, Any]:
-    from bolt_agent.benchmarks.voice_loop import PAUSE_UTTERANCES, UTTERANCES, percentile
     from bolt_agent.core.llm.chat_template import Knobs
     from bolt_agent.core.llm.llama.engine import LlamaConfig, LlamaEngine
     from bolt_agent.core.llm.profile import load_profile
@@ -112,9 +226,12 @@ def run(
     from bolt_agent.nodes.llm_params import LlmParams
     from bolt_agent.testing.voices import VOICES, speak, trim, wer
 
-    ap, lp = AsrParams(), LlmParams()
+    overrides: dict[str, float] = {}
     if trust_confidence is not None:  # an A/B of end_of_turn_trust_confidence
-        ap = AsrParams(end_of_turn_trust_confidence=trust_confidence)
+        overrides["end_of_turn_trust_confidence"] = trust_confidence
+    if last_word_confidence is not None:  # … of end_of_turn_last_word_confidence
+        overrides["end_of_turn_last_word_confidence"] = last_word_confidence
+    ap, lp = AsrParams(**overrides), LlmParams()
     whisper = ap.whisper_engine(device="cpu", cpu_threads=2)
     whisper.load()
     whisper.warm_up()
@@ -126,8 +243,11 @@ def run(
     dialogue = lp.dialogue(profile, constrained)
     runner = TurnRunner(engine, dialogue, profile.registry, RunnerConfig(constrained=constrained))
     knobs = Knobs(enable_thinking=lp.enable_thinking, conversational_mode=lp.conversational_mode)
-    finished = UTTERANCES[:3] if quick else UTTERANCES[:8]
-    paused = PAUSE_UTTERANCES[:3] if quick else PAUSE_UTTERANCES
+    n_finished, n_paused = (3, 3) if quick else (None, None)
+    splits = {
+        split: ([*finished][:n_finished], [*paused][:n_paused])
+        for split, (finished, paused) in UTTERANCE_SPLITS.items()
+    }
     voices = VOICES[:2] if quick else VOICES
 
     def hint(utterance_id: str, text: str) -> float | None:
@@ -139,50 +259,33 @@ def run(
     t0 = time.perf_counter()
     per_voice: dict[str, Any] = {}
     for voice in voices:
-        items = [Said(t, trim(speak(voice, t))) for t in finished]
-        for head, rest, _ in paused:
-            gap = np.zeros(int(PAUSE_S * SAMPLE_RATE), np.float32)
-            audio = np.concatenate([trim(speak(voice, head)), gap, trim(speak(voice, rest))])
-            items.append(Said(f"{head} {rest}", audio, paused=True))
-        run_ = _VoiceRun(whisper, ap, hint, asr_speed)
-        raw_wer, final_wer, delays, whole = [], [], [], []
-        false_endpoints = 0
-        for item in items:
-            run_.play(item)
-            raw = whisper.transcribe(item.audio)
-            raw_wer.append(wer(item.text, raw.text if raw is not None else ""))
-            final_wer.append(wer(item.text, " ".join(text for _, text in item.finals)))
-            false_endpoints += sum(t < item.last_voiced_s for t, _ in item.finals)
-            if item.paused:
-                whole.append(len(item.finals) == 1)
-            after = [t for t, _ in item.finals if t >= item.last_voiced_s]
-            if after:
-                delays.append(after[0] - item.last_voiced_s)
-        per_voice[voice.name] = {
-            "paused_kept_whole": sum(whole) / max(1, len(whole)),
-            "paused": len(whole),
-            "end_of_turn_p50_s": percentile(delays, 0.5),
-            "end_of_turn_p90_s": percentile(delays, 0.9),
-            "false_endpoints": false_endpoints,
-            "utterances": len(items),
-            "wer": float(np.mean(final_wer)),
-            "wer_raw_whisper": float(np.mean(raw_wer)),
-            "finals": [[i.text, [t for _, t in i.finals]] for i in items],
-        }
-        v = per_voice[voice.name]
-        log(
-            f"{voice.name}: paused kept whole {v['paused_kept_whole']:.0%}, end of turn p50 "
-            f"{v['end_of_turn_p50_s']:.2f} s, WER {v['wer']:.1%} (raw {v['wer_raw_whisper']:.1%})"
-        )
+        per_voice[voice.name] = {}
+        for split, (finished, paused) in splits.items():
+            items = [Said(t, trim(speak(voice, t))) for t in finished]
+            for head, rest in paused:
+                gap = np.zeros(int(PAUSE_S * SAMPLE_RATE), np.float32)
+                audio = np.concatenate([trim(speak(voice, head)), gap, trim(speak(voice, rest))])
+                items.append(Said(f"{head} {rest}", audio, paused=True))
+            recorded = _Recorded(whisper)
+            run_ = _VoiceRun(recorded, ap, hint, asr_speed)
+            raw_wer = []
+            for item in items:
+                recorded.early, run_.hints = [], []
+                run_.play(item)
+                item.early, item.hints = recorded.early, run_.hints
+                raw = whisper.transcribe(item.audio)
+                raw_wer.append(wer(item.text, raw.text if raw is not None else ""))
+            v = per_voice[voice.name][split] = _figures(items, raw_wer)
+            log(
+                f"{voice.name}, {split}: paused kept whole {v['paused_kept_whole']:.0%}, end "
+                f"of turn p50 {v['end_of_turn_p50_s']:.2f} s, WER {v['wer']:.1%} (raw "
+                f"{v['wer_raw_whisper']:.1%})"
+            )
     engine.close()
     whisper.close()
-    delays_all = [v["end_of_turn_p50_s"] for v in per_voice.values() if v["end_of_turn_p50_s"]]
     return {
         "per_voice": per_voice,
-        "paused_kept_whole": float(np.mean([v["paused_kept_whole"] for v in per_voice.values()])),
-        "end_of_turn_p50_s_median_of_voices": float(np.median(delays_all)),
-        "wer": float(np.mean([v["wer"] for v in per_voice.values()])),
-        "wer_raw_whisper": float(np.mean([v["wer_raw_whisper"] for v in per_voice.values()])),
+        **{split: _across(per_voice, split) for split in splits},
         "seconds": time.perf_counter() - t0,
     }
 
@@ -192,17 +295,27 @@ def table(result: dict[str, Any]) -> str:
         return "-" if v is None else f"{v:.2f}"
 
     rows = [
-        "| voice | paused sentences kept whole | last voiced → final p50 / p90 s | false "
-        "endpoints | WER (raw whisper) |",
-        "|---|---|---|---|---|",
+        "| voice | split | paused sentences kept whole | last voiced → final p50 / p90 s | "
+        "false endpoints | WER (raw whisper) |",
+        "|---|---|---|---|---|---|",
     ]
-    for name, v in result["per_voice"].items():
-        rows.append(
-            f"| {name} | {v['paused_kept_whole']:.0%} of {v['paused']} | "
-            f"{f(v['end_of_turn_p50_s'])} / {f(v['end_of_turn_p90_s'])} | "
-            f"{v['false_endpoints']} of {v['utterances']} | {v['wer']:.1%} "
-            f"({v['wer_raw_whisper']:.1%}) |"
-        )
+    for name, splits in result["per_voice"].items():
+        for split, v in splits.items():
+            rows.append(
+                f"| {name} | {split} | {v['paused_kept_whole']:.0%} of {v['paused']} | "
+                f"{f(v['end_of_turn_p50_s'])} / {f(v['end_of_turn_p90_s'])} | "
+                f"{v['false_endpoints']} of {v['utterances']} | {v['wer']:.1%} "
+                f"({v['wer_raw_whisper']:.1%}) |"
+            )
+    for split in UTTERANCE_SPLITS:
+        a = result.get(split)
+        if a:
+            rows.append(
+                f"| **all** | {split} | {a['paused_kept_whole']:.0%} | "
+                f"{f(a['end_of_turn_p50_s_median_of_voices'])} (median of the voices) | "
+                f"{a['false_endpoints']} of {a['utterances']} | {a['wer']:.1%} "
+                f"({a['wer_raw_whisper']:.1%}) |"
+            )
     return "\n".join(rows)
 
 
@@ -214,12 +327,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="2 voices, 3 + 3 utterances")
     ap.add_argument("--trust-confidence", type=float, default=None,
                     help="asr_node's end_of_turn_trust_confidence for this run")  # fmt: skip
+    ap.add_argument("--last-word-confidence", type=float, default=None,
+                    help="asr_node's end_of_turn_last_word_confidence for this run")  # fmt: skip
     ap.add_argument("--asr-speed", type=float, default=1.0,
                     help="a model, not a measurement: whisper's time here divided by this "
                     "(echo_bench's --asr-speed)")  # fmt: skip
     args = ap.parse_args(argv)
-    result = run(quick=args.quick, trust_confidence=args.trust_confidence, asr_speed=args.asr_speed)
+    result = run(
+        quick=args.quick,
+        trust_confidence=args.trust_confidence,
+        asr_speed=args.asr_speed,
+        last_word_confidence=args.last_word_confidence,
+    )
     result["end_of_turn_trust_confidence"] = args.trust_confidence
+    result["end_of_turn_last_word_confidence"] = args.last_word_confidence
     result["asr_speed"] = args.asr_speed
     write_table_report(Path(args.out), result, table(result))
     return 0

@@ -115,10 +115,7 @@ class AsrParams:
         choices=("fixed", "semantic"),
     )
     end_of_turn_silence_ms: int = param(
-        250,
-        "semantic: the silence in ms that ends a turn whose words are complete",
-        low=0,
-        high=60000,
+        250, "semantic: silence in ms that ends a turn whose words are complete", low=0, high=60000
     )
     end_of_turn_max_silence_ms: int = param(
         1200,
@@ -166,6 +163,13 @@ class AsrParams:
         low=0.0,
         high=1.0,
     )
+    end_of_turn_last_word_confidence: float = param(
+        0.4,
+        "semantic: an early transcript whose last word is less sure than this (whisper's "
+        "probability) ends no turn by its words; end_of_turn_max_silence_ms does (0 = off)",
+        low=0.0,
+        high=1.0,
+    )
     speech_pad_ms: int = param(
         48,
         "audio in ms kept after the end of speech; the early transcript waits for it (a "
@@ -192,10 +196,7 @@ class AsrParams:
         high=600.0,
     )
     partial_interval_s: float = param(
-        1.0,
-        "seconds of speech between partial transcripts (0 = no partials)",
-        low=0.0,
-        high=600.0,
+        1.0, "seconds of speech between partial transcripts (0 = no partials)", low=0.0, high=600.0
     )
     no_speech_threshold: float = param(
         0.6,
@@ -272,10 +273,7 @@ class AsrParams:
         DEFAULT_STOP_WORDS, "aec: words that stop the robot at once ('wait')"
     )
     interrupt_after_ms: int = param(
-        1500,
-        "aec: a voice over the robot this long in ms stops it whatever its words",
-        low=1,
-        high=60000,
+        1500, "aec: voice in ms over the robot that stops it whatever its words", low=1, high=60000
     )
     interrupt_words: int = param(
         3, "aec: this many words that are not backchannels stop the robot", low=1, high=100
@@ -378,6 +376,7 @@ class AsrParams:
                 threshold=self.end_of_turn_threshold,
                 hint_timeout_ms=self.end_of_turn_hint_timeout_ms,
                 trust_confidence=self.end_of_turn_trust_confidence,
+                last_word_confidence=self.end_of_turn_last_word_confidence,
                 likely_threshold=min(self.end_of_turn_likely_threshold, self.end_of_turn_threshold),
                 likely_silence_ms=min(
                     max(self.end_of_turn_likely_silence_ms, complete),

@@ -4,7 +4,7 @@ It listens to what the robot plays (``audio/output``, tts_node with ``audio_sink
 publishes what the robot's microphone would hear on ``audio/input``, in real time, 32 ms blocks:
 the robot's voice as the room returns it (``core.audio.room``: delay, attenuation, reflection
 tail), a noise floor, and a user. The user speaks what arrives on ``room/say`` (``std_msgs/
-String``) in ``user_voice`` (an espeak-ng voice such as ``en-gb+f4``, or ``piper``); each
+String``) in ``user_voice`` (an espeak-ng voice such as ``en+f4``, or ``piper``); each
 utterance is announced on ``room/user_onset`` (``std_msgs/Header``, stamped with its first
 voiced sample's time, frame ``room``) so a test or a benchmark can time the robot's reaction.
 

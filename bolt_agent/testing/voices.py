@@ -35,8 +35,10 @@ VOICES = (
     Voice("piper joe", "piper"),
     Voice("espeak en-us m", "espeak", "en-us"),
     Voice("espeak en-us f", "espeak", "en-us+f3"),
-    Voice("espeak en-gb m", "espeak", "en-gb+m3"),
-    Voice("espeak en-gb f", "espeak", "en-gb+f4"),
+    # British English is espeak-ng's "en": after "en-gb" it drops the variant (the samples of
+    # "en-gb+m3" and "en-gb+f4" were the plain "en-gb" voice's, so these two were one voice)
+    Voice("espeak en-gb m", "espeak", "en+m3"),
+    Voice("espeak en-gb f", "espeak", "en+f4"),
     Voice("espeak en-us fast", "espeak", "en-us+m2", words_per_min=220),
 )
 

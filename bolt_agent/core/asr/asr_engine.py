@@ -41,6 +41,7 @@ from bolt_agent.core.asr.whisper_ct2 import (
 )
 
 _WORDLESS = re.compile(r"^[\W_]*$")
+_LETTERS = re.compile(r"[^\W_]")
 #: the first window's padding after the audio, at least (with less, whisper-base repeats itself)
 FIRST_WINDOW_MARGIN_S = 2.0
 #: the first window's decoding stops at this many tokens per second of audio (+ 8): speech
@@ -67,6 +68,10 @@ class AsrResult:
     confidence: float  # 0..1, exp(mean token log-probability)
     language: str
     no_speech_prob: float
+    #: 0..1, the least sure token of the last word (1: not known, e.g. a beam search). A
+    #: misheard last word ("and then" heard as "and earn.", 0.27) can make a fragment look
+    #: finished while the mean over the other words stays high
+    last_word_confidence: float = 1.0
 
 
 class AsrEngine(ABC):
@@ -84,6 +89,26 @@ class AsrEngine(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Free the model."""
+
+
+def last_word_probability(decoded: Any, decode: Any) -> float:
+    """The least probable token of ``decoded``'s last word (trailing punctuation skipped); 1.0
+    when the decoding kept no token probabilities. ``decode``: token ids → text."""
+    probs = getattr(decoded, "token_probs", ())
+    tokens = list(decoded.tokens)[: len(probs)]
+    if not probs or not tokens:
+        return 1.0
+    word: list[float] = []
+    for token, prob in zip(reversed(tokens), reversed(probs), strict=True):
+        piece = decode([token])
+        if not _LETTERS.search(piece):
+            if word:
+                break  # punctuation before the word ("Hello, there")
+            continue  # ".", "?", "..." after it
+        word.append(prob)
+        if piece.startswith(" "):
+            break  # the word's first token
+    return min(word) if word else 1.0
 
 
 def combine_segments(
@@ -268,7 +293,9 @@ class WhisperEngine(AsrEngine):
         if combined is None:
             return None
         text, confidence, no_speech = combined
-        return AsrResult(text, confidence, language or "", no_speech)
+        last = next((p for p in reversed(pieces) if not _WORDLESS.match(p.text.strip())), None)
+        last_word = last_word_probability(last, self._vocab.decode) if last is not None else 1.0
+        return AsrResult(text, confidence, language or "", no_speech, last_word)
 
     def _first_window(
         self, chunk: np.ndarray, samples: int, language: str | None, final: bool
@@ -307,10 +334,12 @@ class WhisperEngine(AsrEngine):
             # the loop's first sentence is the transcript: keep it instead of redoing it (the
             # redo cost 0.3-0.5 s on one recorded turn in seven, the p90 of the voice loop)
             share = len(sentence) / max(1, len(decoded.text))
+            kept = max(1, round(len(decoded.tokens) * share))
             decoded = replace(
                 decoded,
                 text=sentence,
-                tokens=decoded.tokens[: max(1, round(len(decoded.tokens) * share))],
+                tokens=decoded.tokens[:kept],
+                token_probs=decoded.token_probs[:kept],
                 compression_ratio=compression_ratio(sentence),
             )
             why = ""

@@ -14,7 +14,11 @@ short, and a user who pauses mid-sentence ("I would like to buy … a long sword
 * **words it may have misheard** (the early transcript's confidence, whisper's mean token
   probability, under ``trust_confidence``) → a complete judgement waits ``likely_silence_ms``
   at least, and the text alone never ends the turn: "could you" heard as "caught you." and
-  judged complete ended a paused sentence in two.
+  judged complete ended a paused sentence in two;
+* **a last word it may have misheard** (its least sure token under ``last_word_confidence``)
+  → only the cap ends the turn. A misheard last word is what makes a fragment look finished
+  ("Please look at me and then" heard as "… and earn.", the word at 0.27), while the mean over
+  the other words stays high, so ``trust_confidence`` misses it.
 
 Whether the words are complete comes from a *hint*: the resident LLM's probability that a
 sentence ends right after the words (``EndOfTurnHint`` on ``llm/end_of_turn``; one decode step
@@ -85,10 +89,14 @@ class EndOfTurnSettings:
     likely_threshold: float = 0.03  # hint p_complete at or above which finished-looking text…
     likely_silence_ms: int = 600  # …ends the turn after this silence
     trust_confidence: float = 0.0  # early transcripts less sure than this wait longer (0: off)
+    last_word_confidence: float = 0.4  # a last word less sure than this: the cap decides (0: off)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"end_of_turn mode must be one of {list(MODES)}, not {self.mode!r}")
+        for name in ("trust_confidence", "last_word_confidence"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be within [0, 1], not {getattr(self, name)}")
         if not 0 <= self.complete_silence_ms <= self.incomplete_silence_ms:
             raise ValueError(
                 f"complete_silence_ms ({self.complete_silence_ms}) must be within "
@@ -155,13 +163,20 @@ class EndOfTurn:
         return None
 
     def should_end(
-        self, text: str | None, silence_ms: float, confidence: float = 1.0
+        self,
+        text: str | None,
+        silence_ms: float,
+        confidence: float = 1.0,
+        last_word_confidence: float = 1.0,
     ) -> Decision | None:
         """End the utterance now? A ``Decision`` that says complete, else None (keep waiting:
         the VAD's own cap, ``incomplete_silence_ms``, ends it). ``confidence``: the early
-        transcript's (below ``trust_confidence``: the words may be misheard)."""
+        transcript's (below ``trust_confidence``: the words may be misheard);
+        ``last_word_confidence``: its last word's (below the setting: only the cap ends it)."""
         s = self.settings
         if s.mode != "semantic" or text is None:
+            return None
+        if last_word_confidence < s.last_word_confidence:
             return None
         if silence_ms < s.complete_silence_ms:
             return None

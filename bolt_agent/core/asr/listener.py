@@ -713,14 +713,15 @@ class Listener:
         for hint in hints:
             self.end_of_turn.hint(*hint)
         spec, seg = self._early, self.vad
-        confidence = 1.0
+        confidence = last_word = 1.0
         if spec is None or spec.stale or not spec.ran or spec.failed or spec.result is None:
             text = None
         else:
             text = spec.result.text
             confidence = float(getattr(spec.result, "confidence", 1.0))
+            last_word = float(getattr(spec.result, "last_word_confidence", 1.0))
         silence_ms = seg.silence_samples * 1000 / SAMPLE_RATE
-        decision = self.end_of_turn.should_end(text, silence_ms, confidence)
+        decision = self.end_of_turn.should_end(text, silence_ms, confidence, last_word)
         if decision is None:
             return
         event = seg.end_now()

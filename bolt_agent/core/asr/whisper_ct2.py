@@ -160,6 +160,9 @@ class Decoded:
     no_speech_prob: float
     temperature: float
     compression_ratio: float
+    #: each token's probability where the decoding was greedy (empty otherwise): how sure
+    #: whisper was of the words one by one, which the mean log-probability hides
+    token_probs: tuple[float, ...] = ()
 
 
 def compression_ratio(text: str) -> float:
@@ -207,6 +210,17 @@ def repeated_sentence(text: str) -> str:
     return parts[0]
 
 
+def chosen_probs(logits: Any, tokens: list[int]) -> tuple[float, ...]:
+    """The probability of each chosen token under its step's logits (CTranslate2's
+    ``return_logits_vocab``: one row of the vocabulary per step, the end token's last)."""
+    probs = []
+    for token, row in zip(tokens, logits, strict=False):
+        x = np.asarray(row, dtype=np.float64).reshape(-1)
+        top = x.max()
+        probs.append(float(np.exp(x[token] - top) / np.exp(x - top).sum()))
+    return tuple(probs)
+
+
 def decode_with_fallback(
     model: Any,
     encoded: Any,
@@ -233,7 +247,10 @@ def decode_with_fallback(
                 "sampling_temperature": temperature,
             }
         else:
+            # greedy: the logits of the chosen tokens come at no measurable cost (0.084 s with
+            # against 0.086 s without, 7 tokens) and give each token's probability
             kwargs = {"beam_size": beam_size, "patience": 1.0}
+            kwargs["return_logits_vocab"] = beam_size == 1
         result = model.generate(
             encoded,
             [prompt],
@@ -252,8 +269,15 @@ def decode_with_fallback(
         n = len(tokens)
         avg_logprob = result.scores[0] * n / (n + 1)  # the score is normalised by length
         text = vocab.decode(tokens).strip()
+        probs = chosen_probs(result.logits[0], tokens) if kwargs.get("return_logits_vocab") else ()
         decoded = Decoded(
-            text, tokens, avg_logprob, result.no_speech_prob, temperature, compression_ratio(text)
+            text,
+            tokens,
+            avg_logprob,
+            result.no_speech_prob,
+            temperature,
+            compression_ratio(text),
+            probs,
         )
         tried.append(decoded)
         retry = decoded.compression_ratio > COMPRESSION_RATIO_THRESHOLD
