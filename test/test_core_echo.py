@@ -186,7 +186,12 @@ def test_words_heard_unsurely_do_not_interrupt_but_stop_words_and_length_still_d
     assert judge.judge("Am I made?", 700, False, confidence=0.35) == UNDECIDED
     assert judge.judge("Am I made?", 700, True, confidence=0.35) == BACKCHANNEL
     assert judge.judge("Am I made?", 700, False, confidence=0.6) == INTERRUPT
-    assert judge.judge("Wait, am I made?", 700, False, confidence=0.2) == INTERRUPT
+    # a stop word heard unsurely by a quick transcript is heard again first ("Got it." came
+    # out "Stop" at 0.28): the next transcript's stop word, or a final's, interrupts
+    assert judge.judge("Wait, am I made?", 700, False, confidence=0.2) == UNDECIDED
+    assert judge.judge("Wait, am I", 700, False, confidence=0.2, stop_word_before=True) == INTERRUPT
+    assert judge.judge("Wait, am I made?", 700, True, confidence=0.2) == INTERRUPT
+    assert judge.judge("Wait, am I made?", 700, False, confidence=0.5) == INTERRUPT
     assert judge.judge("Am I made?", 1600, False, confidence=0.35) == INTERRUPT
     # the threshold is a setting; 0 trusts every transcript
     trusting = BargeInJudge(BargeInSettings(interrupt_confidence=0.0))
@@ -303,6 +308,42 @@ def test_a_stop_word_interrupts_from_the_first_quick_transcript():
     assert start < barge[0] < end
     final = next(e for e in events if isinstance(e, TranscriptEvent) and e.is_final)
     assert final.text == "Wait, stop." and not final.backchannel
+
+
+class Probes(Words):
+    """Quick transcripts hear ``quick`` in turn (the last again once they run out), at
+    ``confidence``; the early and final transcripts hear ``text`` surely."""
+
+    def __init__(self, text: str, quick: list[str], confidence: float) -> None:
+        super().__init__(text)
+        self.quick, self.quick_confidence = list(quick), confidence
+
+    def transcribe(self, audio, final=True):
+        result = super().transcribe(audio, final)
+        if final:
+            return result
+        text = self.quick.pop(0) if len(self.quick) > 1 else self.quick[0]
+        return dataclasses.replace(result, text=text, confidence=self.quick_confidence)
+
+
+def test_a_stop_word_heard_unsurely_must_be_heard_again():
+    """A quick transcript that hears "Stop" at 0.3 stops nothing by itself: "Got it." heard
+    so at its start goes on as a backchannel. Heard again, the robot stops: a real "wait"."""
+
+    def barge_ins(quick: list[str], final: str) -> tuple[int, list]:
+        listener, _ = aec_listener(final, 14)
+        listener._transcriber = Probes(final, quick, 0.3)
+        events = run(listener, 60)
+        finals = [(e.text, e.backchannel) for e in events if isinstance(e, TranscriptEvent)
+                  and e.is_final]  # fmt: skip
+        return sum(isinstance(e, VoiceActivityEvent) and e.barge_in for e in events), finals
+
+    assert barge_ins(["Stop!", "Got it."], "Got it.") == (0, [("Got it.", True)])
+    assert barge_ins(["Wait", "Wait, stop"], "Wait, stop.") == (1, [("Wait, stop.", False)])
+    # the final's stop word is trusted: the words come as a turn (the robot said its line)
+    assert barge_ins(["Wait", "Wait, I..."], "Wait, I have a question.")[1] == [
+        ("Wait, I have a question.", False)
+    ]
 
 
 def test_the_robots_own_words_are_dropped_as_echo():

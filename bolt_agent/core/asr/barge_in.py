@@ -5,7 +5,9 @@ asks ``BargeInJudge.judge`` each time it learns more (a quick transcript of the 
 longer voice, the final transcript) until the answer is no longer ``UNDECIDED``:
 
 * a stop word ("wait", "stop", "no", ...) that the robot did not just say: ``INTERRUPT`` at
-  once;
+  once, unless a quick transcript heard it with less than ``interrupt_confidence``: then the
+  next transcript must hear one too (0.3 s of an espeak "Got it." came out "Stop" at 0.28 and
+  0.37, while a real "wait" heard unsurely is heard again a quick transcript later);
 * only backchannel words ("yeah", "uh-huh", "mm-hm", "okay", "right", "I see", ...):
   ``BACKCHANNEL`` when the utterance is over, ``UNDECIDED`` before (the next word may be
   "wait"), however long the voice: a transcript of all of it holds no request, and what made
@@ -145,6 +147,10 @@ class BargeInJudge:
         )
         self._stops = {w for p in s.stop_words for w in words_of(p)}
 
+    def has_stop_word(self, text: str | None) -> bool:
+        """``text`` holds one of ``stop_words``."""
+        return any(w in self._stops for w in words_of(text or ""))
+
     def other_words(self, text: str) -> list[str]:
         """The words of ``text`` that are not part of a backchannel phrase."""
         words, rest, i = words_of(text), [], 0
@@ -196,6 +202,7 @@ class BargeInJudge:
         echo_so_far: bool = False,
         stop_words_only: bool = False,
         confidence: float = 1.0,
+        stop_word_before: bool = False,
     ) -> str:
         """``text``: the words heard so far (None: not transcribed yet); ``voiced_ms``: how long
         the voice has lasted; ``final``: the utterance is over and ``text`` is its transcript;
@@ -204,13 +211,17 @@ class BargeInJudge:
         proves nothing);
         ``stop_words_only``: the echo canceller is still learning the room, so what it lets
         through may be the robot misheard; only a stop word interrupts then;
-        ``confidence``: whisper's for ``text`` (0..1)."""
+        ``confidence``: whisper's for ``text`` (0..1); ``stop_word_before``: the previous
+        transcript of this utterance held a stop word too."""
         s = self.settings
         said = {w for line in robot_lines for w in line}
         words = words_of(text) if text is not None else []
         heard_in_noise = self.heard_in_noise(text, voiced_ms)
+        # a quick transcript unsure of its stop word is heard again before it stops the robot
+        sure = final or stop_word_before or confidence >= s.interrupt_confidence
         if not heard_in_noise and any(w in self._stops and w not in said for w in words):
-            return INTERRUPT  # (a stop word the robot did not say is the user's, echo or not)
+            # (a stop word the robot did not say is the user's, echo or not)
+            return INTERRUPT if sure else UNDECIDED
         if text is not None and self.is_echo(text, robot_lines):
             return ECHO if final else UNDECIDED
         if stop_words_only:
@@ -221,7 +232,7 @@ class BargeInJudge:
             if heard_in_noise:  # no evidence either way, and the voice's length is the noise's
                 return BACKCHANNEL if final else UNDECIDED
             if any(w in self._stops for w in words):
-                return INTERRUPT
+                return INTERRUPT if sure else UNDECIDED
             new = self.new_words(text, robot_lines)
             if len(new) >= s.interrupt_words and confidence >= s.interrupt_confidence:
                 return INTERRUPT

@@ -270,6 +270,8 @@ class _Judging:
     #: voice's length alone proves nothing then ("Oh, wow." with its pause lasts a second; a
     #: stretch of residual echo lasts as long as whisper, busy on 2 cores, takes to hear it)
     words_so_far_harmless: bool = True
+    #: the latest transcript held a stop word (one heard unsurely needs a second hearing)
+    stop_word_heard: bool = False
 
 
 @dataclass
@@ -837,7 +839,9 @@ class Listener:
                 echo_so_far=judging.words_so_far_harmless,
                 stop_words_only=self._cold(),
                 confidence=_confidence(result),
+                stop_word_before=judging.stop_word_heard,
             )
+            judging.stop_word_heard = self.judge.has_stop_word(text)
             if verdict == INTERRUPT:
                 why = f"quick transcript {text!r} (confidence {_confidence(result):.2f})"
                 self._decide(judging, INTERRUPT, why)
@@ -884,6 +888,7 @@ class Listener:
             text, job.voiced_ms, True, lines, stop_words_only=self._cold(), confidence=confidence
         )
         self._note_words(judging, text, lines, job.voiced_ms)
+        judging.stop_word_heard = self.judge.has_stop_word(text)
         if verdict == INTERRUPT or settle:
             why = (
                 f"{job.kind} transcript {text!r} (confidence {confidence:.2f}) over "
