@@ -192,6 +192,10 @@ def test_words_heard_unsurely_do_not_interrupt_but_stop_words_and_length_still_d
     assert judge.judge("Wait, am I", 700, False, confidence=0.2, stop_word_before=True) == INTERRUPT
     assert judge.judge("Wait, am I made?", 700, True, confidence=0.2) == INTERRUPT
     assert judge.judge("Wait, am I made?", 700, False, confidence=0.5) == INTERRUPT
+    # the first hearing is the user's stop word, not one the robot just said
+    lines = [words_of("Please stop by the bakery")]
+    assert judge.has_stop_word("stop by", lines) is False
+    assert judge.has_stop_word("Stop!") is True
     assert judge.judge("Am I made?", 1600, False, confidence=0.35) == INTERRUPT
     # the threshold is a setting; 0 trusts every transcript
     trusting = BargeInJudge(BargeInSettings(interrupt_confidence=0.0))

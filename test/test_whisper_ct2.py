@@ -334,3 +334,29 @@ def test_token_probabilities_match_ctranslate2s_own_score():
     assert 0.0 < early.last_word_confidence < 1.0
     final = engine.transcribe(audio, final=True)  # a beam of 2: no token probabilities
     assert final is not None and final.last_word_confidence == 1.0
+
+
+def test_token_probabilities_read_rows_off_the_gpu_and_never_cost_the_transcript():
+    """A CUDA row (no array interface) is copied to the host first; a row that cannot be read
+    leaves the probabilities unknown instead of failing the transcription (the Jetson runs
+    whisper on its GPU, this machine cannot)."""
+    from bolt_agent.core.asr.whisper_ct2 import chosen_probs
+
+    class GpuRow:
+        device = "cuda"
+
+        def __init__(self, values):
+            self.values = values
+
+        def to_device(self, device):
+            assert str(device).lower().endswith("cpu")
+            return np.asarray(self.values, dtype=np.float16)
+
+    rows = [GpuRow([0.0, 2.0, 0.0]), GpuRow([3.0, 0.0, 0.0])]
+    probs = chosen_probs(rows, [1, 0])
+    assert probs == pytest.approx((np.exp(2) / (np.exp(2) + 2), np.exp(3) / (np.exp(3) + 2)))
+
+    class Unreadable:
+        device = "cpu"
+
+    assert chosen_probs([Unreadable()], [0]) == ()

@@ -165,8 +165,8 @@ class AsrParams:
     )
     end_of_turn_last_word_confidence: float = param(
         0.4,
-        "semantic: an early transcript whose last word is less sure than this (whisper's "
-        "probability) ends no turn by its words; end_of_turn_max_silence_ms does (0 = off)",
+        "semantic: an early greedy transcript whose last word is less sure than this ends no "
+        "turn by its words; end_of_turn_max_silence_ms does (0 = off)",
         low=0.0,
         high=1.0,
     )
@@ -281,7 +281,7 @@ class AsrParams:
     interrupt_confidence: float = param(
         0.45,
         "aec: words whisper heard with less confidence (0..1) do not count towards "
-        "interrupt_words (stop words and interrupt_after_ms still do)",
+        "interrupt_words, and a quick transcript's stop word must be heard twice",
         low=0.0,
         high=1.0,
     )

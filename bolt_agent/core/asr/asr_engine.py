@@ -91,6 +91,16 @@ class AsrEngine(ABC):
         """Free the model."""
 
 
+def _tokens_of(sentence: str, tokens: list[int], decode: Any) -> int:
+    """How many of ``tokens`` spell ``sentence`` (the first of a loop's copies); the share of
+    its characters when no prefix decodes to it exactly."""
+    for k in range(1, len(tokens) + 1):
+        if decode(tokens[:k]).strip() == sentence:
+            return k
+    text = decode(tokens).strip()
+    return max(1, round(len(tokens) * len(sentence) / max(1, len(text))))
+
+
 def last_word_probability(decoded: Any, decode: Any) -> float:
     """The least probable token of ``decoded``'s last word (trailing punctuation skipped); 1.0
     when the decoding kept no token probabilities. ``decode``: token ids → text."""
@@ -111,6 +121,15 @@ def last_word_probability(decoded: Any, decode: Any) -> float:
     return min(word) if word else 1.0
 
 
+def is_kept(seg: Any, no_speech_threshold: float, log_prob_threshold: float) -> bool:
+    """A segment with words that whisper does not judge silence (``combine_segments``)."""
+    text = seg.text.strip()
+    if not text or _WORDLESS.match(text):
+        return False
+    silent = seg.no_speech_prob > no_speech_threshold and seg.avg_logprob < log_prob_threshold
+    return not (silent or seg.no_speech_prob > (1.0 + no_speech_threshold) / 2)
+
+
 def combine_segments(
     segments: list[Any], no_speech_threshold: float, log_prob_threshold: float
 ) -> tuple[str, float, float] | None:
@@ -122,12 +141,9 @@ def combine_segments(
     """
     kept, logprob_sum, tokens, no_speech = [], 0.0, 0, 0.0
     for seg in segments:
+        if not is_kept(seg, no_speech_threshold, log_prob_threshold):
+            continue
         text = seg.text.strip()
-        if not text or _WORDLESS.match(text):
-            continue
-        silent = seg.no_speech_prob > no_speech_threshold and seg.avg_logprob < log_prob_threshold
-        if silent or seg.no_speech_prob > (1.0 + no_speech_threshold) / 2:
-            continue
         n = max(1, len(seg.tokens))
         kept.append(text)
         logprob_sum += seg.avg_logprob * n
@@ -293,7 +309,8 @@ class WhisperEngine(AsrEngine):
         if combined is None:
             return None
         text, confidence, no_speech = combined
-        last = next((p for p in reversed(pieces) if not _WORDLESS.match(p.text.strip())), None)
+        thresholds = (self.no_speech_threshold, self.log_prob_threshold)
+        last = next((p for p in reversed(pieces) if is_kept(p, *thresholds)), None)
         last_word = last_word_probability(last, self._vocab.decode) if last is not None else 1.0
         return AsrResult(text, confidence, language or "", no_speech, last_word)
 
@@ -333,8 +350,7 @@ class WhisperEngine(AsrEngine):
         if sentence and decoded.avg_logprob >= self.log_prob_threshold:
             # the loop's first sentence is the transcript: keep it instead of redoing it (the
             # redo cost 0.3-0.5 s on one recorded turn in seven, the p90 of the voice loop)
-            share = len(sentence) / max(1, len(decoded.text))
-            kept = max(1, round(len(decoded.tokens) * share))
+            kept = _tokens_of(sentence, decoded.tokens, self._vocab.decode)
             decoded = replace(
                 decoded,
                 text=sentence,

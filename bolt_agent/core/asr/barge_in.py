@@ -147,9 +147,10 @@ class BargeInJudge:
         )
         self._stops = {w for p in s.stop_words for w in words_of(p)}
 
-    def has_stop_word(self, text: str | None) -> bool:
-        """``text`` holds one of ``stop_words``."""
-        return any(w in self._stops for w in words_of(text or ""))
+    def has_stop_word(self, text: str | None, robot_lines: RobotLines = ()) -> bool:
+        """``text`` holds one of ``stop_words`` that the robot did not just say."""
+        said = {w for line in robot_lines for w in line}
+        return any(w in self._stops and w not in said for w in words_of(text or ""))
 
     def other_words(self, text: str) -> list[str]:
         """The words of ``text`` that are not part of a backchannel phrase."""

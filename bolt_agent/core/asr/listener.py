@@ -841,7 +841,8 @@ class Listener:
                 confidence=_confidence(result),
                 stop_word_before=judging.stop_word_heard,
             )
-            judging.stop_word_heard = self.judge.has_stop_word(text)
+            if text is not None:  # (a failed or empty probe heard nothing either way)
+                judging.stop_word_heard = self.judge.has_stop_word(text, lines)
             if verdict == INTERRUPT:
                 why = f"quick transcript {text!r} (confidence {_confidence(result):.2f})"
                 self._decide(judging, INTERRUPT, why)
@@ -888,7 +889,8 @@ class Listener:
             text, job.voiced_ms, True, lines, stop_words_only=self._cold(), confidence=confidence
         )
         self._note_words(judging, text, lines, job.voiced_ms)
-        judging.stop_word_heard = self.judge.has_stop_word(text)
+        if text is not None:
+            judging.stop_word_heard = self.judge.has_stop_word(text, lines)
         if verdict == INTERRUPT or settle:
             why = (
                 f"{job.kind} transcript {text!r} (confidence {confidence:.2f}) over "

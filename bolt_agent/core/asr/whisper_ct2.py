@@ -210,14 +210,29 @@ def repeated_sentence(text: str) -> str:
     return parts[0]
 
 
+def _host_array(row: Any) -> np.ndarray:
+    """One step's logits as a float64 array: a row on the GPU is copied to the host first
+    (a CUDA StorageView has no array interface)."""
+    if getattr(row, "device", "cpu") != "cpu":
+        import ctranslate2
+
+        row = row.to_device(ctranslate2.Device.cpu)
+    return np.asarray(row, dtype=np.float64).reshape(-1)
+
+
 def chosen_probs(logits: Any, tokens: list[int]) -> tuple[float, ...]:
     """The probability of each chosen token under its step's logits (CTranslate2's
-    ``return_logits_vocab``: one row of the vocabulary per step, the end token's last)."""
+    ``return_logits_vocab``: one row of the vocabulary per step, the end token's last).
+    Empty (probabilities unknown) when a row cannot be read: they inform the end of turn and
+    must never cost the transcript."""
     probs = []
-    for token, row in zip(tokens, logits, strict=False):
-        x = np.asarray(row, dtype=np.float64).reshape(-1)
-        top = x.max()
-        probs.append(float(np.exp(x[token] - top) / np.exp(x - top).sum()))
+    try:
+        for token, row in zip(tokens, logits, strict=False):
+            x = _host_array(row)
+            top = x.max()
+            probs.append(float(np.exp(x[token] - top) / np.exp(x - top).sum()))
+    except (TypeError, ValueError, AttributeError, RuntimeError, IndexError):
+        return ()
     return tuple(probs)
 
 
