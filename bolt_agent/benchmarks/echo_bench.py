@@ -208,19 +208,17 @@ class Trial:
     heard: list[tuple[float, bool, str, float]] = field(default_factory=list)
 
 
-class _Recorded:
-    """The transcriber, with each result noted in the trial being played: what whisper heard,
-    and how sure it was, is what the judge's rules are set from (on the dev split)."""
+class Recorded:
+    """The transcriber, with each result handed to ``note(result, final)``: what whisper
+    heard, and how sure it was, is what the rules are set from (on the dev split)."""
 
-    def __init__(self, transcriber: Any, stream: Stream) -> None:
-        self._transcriber, self._stream = transcriber, stream
+    def __init__(self, transcriber: Any, note: Callable[[Any, bool], None]) -> None:
+        self._transcriber, self._note = transcriber, note
 
     def transcribe(self, audio: np.ndarray, final: bool = True) -> Any:
         result = self._transcriber.transcribe(audio, final=final)
-        trial = self._stream.trial
-        if trial is not None and result is not None:
-            at = round(self._stream.runner.now() - trial.onset_s, 2)
-            trial.heard.append((at, final, result.text, round(float(result.confidence), 3)))
+        if result is not None:
+            self._note(result, final)
         return result
 
 
@@ -247,13 +245,20 @@ class Stream:
         self.events: list[tuple[float, Any]] = []
         self.trial: Trial | None = None
         self.listener = Listener(
-            _Recorded(transcriber, self),
+            Recorded(transcriber, self._heard),
             settings,
             VadSegmenter(vad_config),
             runner=self.runner,
             emit=lambda e: self.events.append((self.runner.now(), e)),
             canceller=self.canceller,
         )
+
+    def _heard(self, result: Any, final: bool) -> None:
+        """A transcription, noted in the trial being played (stream s from the onset)."""
+        trial = self.trial
+        if trial is not None:
+            at = round(self.runner.now() - trial.onset_s, 2)
+            trial.heard.append((at, final, result.text, round(float(result.confidence), 3)))
 
     def play(self, trial: Trial) -> None:
         from bolt_agent.core.asr.listener import TranscriptEvent, VoiceActivityEvent

@@ -19,7 +19,7 @@ took here.
 
 Reported per voice: paused sentences kept whole, the last voiced sample → final transcript
 (p50, p90), false endpoints, the WER of the finals and of raw whisper on each whole utterance,
-per split; the JSON keeps every early transcript with its confidences.
+per split; the JSON keeps every transcription with its confidences.
 
     python -m bolt_agent.benchmarks.voices_bench [--out bench_out/voices.json] [--quick]
         [--asr-speed 5] [--last-word-confidence 0.3]
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from bolt_agent.benchmarks.echo_bench import VirtualRunner
+from bolt_agent.benchmarks.echo_bench import Recorded, VirtualRunner
 from bolt_agent.core.asr.vad_segmenter import SAMPLE_RATE
 
 BLOCK = 512
@@ -88,7 +88,7 @@ class Said:
     paused: bool = False
     finals: list[tuple[float, str]] = field(default_factory=list)
     #: every transcription: [text, confidence, last word's confidence, final-quality]
-    early: list[list[Any]] = field(default_factory=list)
+    heard: list[list[Any]] = field(default_factory=list)
     ends: list[list[Any]] = field(default_factory=list)  # [how each end was decided, silence ms]
     hints: list[list[Any]] = field(default_factory=list)  # [early text, LLM's p_complete]
 
@@ -146,30 +146,6 @@ class _VoiceRun:
         ]
 
 
-class _Recorded:
-    """The transcriber, keeping each transcription's text and confidences (what the end of
-    turn decides from) for the JSON."""
-
-    def __init__(self, whisper: Any) -> None:
-        self.whisper, self.early = whisper, []
-
-    def transcribe(self, audio: np.ndarray, final: bool = True) -> Any:
-        result = self.whisper.transcribe(audio, final=final)
-        if result is not None:
-            self.early.append(
-                [
-                    result.text,
-                    round(result.confidence, 3),
-                    round(result.last_word_confidence, 3),
-                    final,
-                ]
-            )
-        return result
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.whisper, name)
-
-
 def _figures(items: list[Said], raw_wer: list[float]) -> dict[str, Any]:
     from bolt_agent.benchmarks.voice_loop import percentile
     from bolt_agent.testing.voices import wer
@@ -193,7 +169,7 @@ def _figures(items: list[Said], raw_wer: list[float]) -> dict[str, Any]:
         "utterances": len(items),
         "wer": float(np.mean(final_wer)),
         "wer_raw_whisper": float(np.mean(raw_wer)),
-        "finals": [[i.text, [t for _, t in i.finals], i.early, i.ends, i.hints] for i in items],
+        "finals": [[i.text, [t for _, t in i.finals], i.heard, i.ends, i.hints] for i in items],
     }
 
 
@@ -266,13 +242,19 @@ def run(
                 gap = np.zeros(int(PAUSE_S * SAMPLE_RATE), np.float32)
                 audio = np.concatenate([trim(speak(voice, head)), gap, trim(speak(voice, rest))])
                 items.append(Said(f"{head} {rest}", audio, paused=True))
-            recorded = _Recorded(whisper)
-            run_ = _VoiceRun(recorded, ap, hint, asr_speed)
+            heard: list[list[Any]] = []
+
+            def note(result: Any, final: bool, heard: list[list[Any]] = heard) -> None:
+                confidences = (result.confidence, result.last_word_confidence)
+                heard.append([result.text, *(round(c, 3) for c in confidences), final])
+
+            run_ = _VoiceRun(Recorded(whisper, note), ap, hint, asr_speed)
             raw_wer = []
             for item in items:
-                recorded.early, run_.hints = [], []
+                heard.clear()
+                run_.hints = []
                 run_.play(item)
-                item.early, item.hints = recorded.early, run_.hints
+                item.heard, item.hints = list(heard), run_.hints
                 raw = whisper.transcribe(item.audio)
                 raw_wer.append(wer(item.text, raw.text if raw is not None else ""))
             v = per_voice[voice.name][split] = _figures(items, raw_wer)

@@ -215,12 +215,11 @@ class BargeInJudge:
         ``confidence``: whisper's for ``text`` (0..1); ``stop_word_before``: the previous
         transcript of this utterance held a stop word too."""
         s = self.settings
-        said = {w for line in robot_lines for w in line}
         words = words_of(text) if text is not None else []
         heard_in_noise = self.heard_in_noise(text, voiced_ms)
         # a quick transcript unsure of its stop word is heard again before it stops the robot
         sure = final or stop_word_before or confidence >= s.interrupt_confidence
-        if not heard_in_noise and any(w in self._stops and w not in said for w in words):
+        if not heard_in_noise and self.has_stop_word(text, robot_lines):
             # (a stop word the robot did not say is the user's, echo or not)
             return INTERRUPT if sure else UNDECIDED
         if text is not None and self.is_echo(text, robot_lines):
